@@ -1,0 +1,4 @@
+//! Join policies and time-group identity.
+
+pub mod identity;
+pub mod policy;

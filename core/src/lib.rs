@@ -1,0 +1,29 @@
+//! # videoflow-core
+//!
+//! Everything the worker and the operator must agree on, byte for byte, with no I/O:
+//! a Rust worker, a Python reference worker and the operator only interoperate because
+//! they all derive names, ids, owners and wire bytes from these functions.
+//!
+//! Table of contents:
+//!
+//! - [`model`] — the `Flow` document (custom resource spec and local file format).
+//! - [`validate`] — graph and policy validation; every problem at once as a [`validate::Diagnostic`].
+//! - [`compile`] — `Flow` → compiled node records ([`compile::NodeSpec`], `specs.json`).
+//! - [`naming`] — broker names (NAME-*) and Kubernetes object names.
+//! - [`value`] — the native value model carried by envelopes (`Value`, `Tensor`).
+//! - [`envelope`] — the protobuf envelope v4 (WIRE-*): schema, encode, decode.
+//! - [`msgid`] — `Nats-Msg-Id` derivation (MSGID-*).
+//! - [`partition`] — partition keys, Python `str()` parity and owners (PART-*).
+//! - [`join`] — join policies (JOIN-1/2/4/10) and time-group identity (JOIN-20/23).
+//! - [`errors`] — the error taxonomy (ERR-*): codes, exit codes, dispositions, rendering.
+
+pub mod compile;
+pub mod envelope;
+pub mod errors;
+pub mod join;
+pub mod model;
+pub mod msgid;
+pub mod naming;
+pub mod partition;
+pub mod validate;
+pub mod value;
