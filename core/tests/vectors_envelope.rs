@@ -1,0 +1,2 @@
+//! Golden envelope and reject vectors (being written).
+fn main() {}

@@ -1,0 +1,2 @@
+//! Golden message-id, join and partition vectors (being written).
+fn main() {}
