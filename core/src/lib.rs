@@ -7,6 +7,7 @@
 //! Table of contents:
 //!
 //! - [`model`] — the `Flow` document (custom resource spec and local file format).
+//! - [`load`] — parsing a Flow file's text, type errors and unknown fields as diagnostics.
 //! - [`validate`] — graph and policy validation; every problem at once as a [`validate::Diagnostic`].
 //! - [`compile`] — `Flow` → compiled node records ([`compile::NodeSpec`], `specs.json`).
 //! - [`naming`] — broker names (NAME-*) and Kubernetes object names.
@@ -21,6 +22,7 @@ pub mod compile;
 pub mod envelope;
 pub mod errors;
 pub mod join;
+pub mod load;
 pub mod model;
 pub mod msgid;
 pub mod naming;

@@ -1,0 +1,320 @@
+//! Flow model, validation diagnostics and compilation (issue #2).
+
+use videoflow_core::compile::{compile, default_run_id};
+use videoflow_core::load::{load_flow, parse_flow};
+use videoflow_core::model::FlowDocument;
+use videoflow_core::validate::{Diagnostic, Severity, codes, validate_flow};
+
+const DIAMOND: &str = r#"
+apiVersion: videoflow.io/v1alpha1
+kind: Flow
+metadata:
+  name: toy-calculator
+spec:
+  type: batch
+  nodes:
+  - name: numbers
+    kind: producer
+    component: {builtin: videoflow.producers.IntProducer}
+    params: {start_value: 0, end_value: 99}
+  - name: double
+    kind: processor
+    parents: [numbers]
+    replicas: 3
+    component: {builtin: videoflow.processors.IdentityProcessor}
+  - name: square
+    kind: processor
+    parents: [numbers]
+    component: {builtin: videoflow.processors.IdentityProcessor}
+  - name: pair
+    kind: processor
+    parents: [double, square]
+    replicas: 2
+    partitionBy: trace_id
+    join: {missing: wait}
+    component: {builtin: videoflow.processors.JoinerProcessor}
+  - name: sink
+    kind: consumer
+    parents: [pair]
+    idempotent: true
+    component: {builtin: videoflow.consumers.CommandlineConsumer}
+"#;
+
+fn doc(text: &str) -> FlowDocument {
+    parse_flow(text).unwrap_or_else(|d| panic!("parse failed: {d:#?}"))
+}
+
+fn errors(d: &[Diagnostic]) -> Vec<&Diagnostic> {
+    d.iter().filter(|d| d.severity == Severity::Error).collect()
+}
+
+#[test]
+fn a_valid_diamond_has_no_diagnostics() {
+    let d = validate_flow(&doc(DIAMOND));
+    assert!(d.is_empty(), "{d:#?}");
+}
+
+/// Done-when of issue #2: three different mistakes, three diagnostics with paths and remedies.
+#[test]
+fn three_mistakes_yield_three_diagnostics_with_paths_and_remedies() {
+    let text = DIAMOND
+        // 1. an unknown parent
+        .replace("parents: [pair]", "parents: [pairs]")
+        // 2. a replicated join without partitionBy (JOIN-4 compiler rule)
+        .replace("    partitionBy: trace_id\n", "")
+        // 3. a quorum outside time mode (JOIN-1)
+        .replace("join: {missing: wait}", "join: {missing: drop, timeoutSeconds: 5, quorum: 1}");
+    let d = validate_flow(&doc(&text));
+    let errs = errors(&d);
+    let got: Vec<(&str, &str)> = errs.iter().map(|d| (d.code.as_str(), d.path.as_str())).collect();
+    assert_eq!(
+        got,
+        vec![
+            (codes::VF_GRAPH_UNKNOWN_PARENT, "spec.nodes[4].parents[0]"),
+            (codes::VF_GRAPH_UNPARTITIONED_JOIN, "spec.nodes[3].partitionBy"),
+            (codes::VF_FLOW_JOIN_POLICY, "spec.nodes[3].join.quorum"),
+        ]
+    );
+    for e in &errs {
+        assert!(!e.remedy.is_empty(), "no remedy: {e}");
+        assert!(!e.message.is_empty(), "no message: {e}");
+    }
+    assert!(errs[0].remedy.contains("Did you mean 'pair'"), "{}", errs[0].remedy);
+    assert_eq!(
+        errs[1].message,
+        "pair joins 2 parents with nb_tasks=2 but no partition_by, so replicas would receive the two halves of a join on different workers."
+    );
+    // The loader refuses the flow with the same diagnostics.
+    assert!(load_flow(&text).is_err());
+}
+
+/// Codes of the error diagnostics of `text`, with their paths.
+fn error_codes(text: &str) -> Vec<(String, String)> {
+    errors(&validate_flow(&doc(text)))
+        .into_iter()
+        .map(|d| (d.code.clone(), d.path.clone()))
+        .collect()
+}
+
+fn flow(nodes: &str) -> String {
+    format!(
+        "apiVersion: videoflow.io/v1alpha1\nkind: Flow\nmetadata: {{name: f}}\nspec:\n  type: realtime\n  nodes:\n{nodes}"
+    )
+}
+
+const SRC: &str = "  - {name: src, kind: producer, component: {builtin: p}}\n";
+
+#[test]
+fn name_1_collisions_under_both_encodings() {
+    let text = flow(&format!(
+        "{SRC}  - {{name: a.b, kind: consumer, parents: [src], component: {{builtin: c}}}}\n  - {{name: a_b, kind: consumer, parents: [src], component: {{builtin: c}}}}\n  - {{name: Sink, kind: consumer, parents: [src], component: {{builtin: c}}}}\n  - {{name: sink, kind: consumer, parents: [src], component: {{builtin: c}}}}\n"
+    ));
+    let d = validate_flow(&doc(&text));
+    let collisions: Vec<&Diagnostic> = d
+        .iter()
+        .filter(|d| d.code == codes::VF_GRAPH_NAME_COLLISION)
+        .collect();
+    let msgs: Vec<&str> = collisions.iter().map(|d| d.message.as_str()).collect();
+    assert!(
+        msgs.contains(&"Node names ['a.b', 'a_b'] all encode to the broker name 'a_b'."),
+        "{msgs:#?}"
+    );
+    assert!(
+        msgs.contains(&"Node names ['Sink', 'sink'] all encode to the kubernetes name 'vf-f-r-sink'."),
+        "{msgs:#?}"
+    );
+    // `a.b`/`a_b` also collide for Kubernetes (`a-b`).
+    assert_eq!(collisions.len(), 3, "{msgs:#?}");
+}
+
+#[test]
+fn long_names_collide_after_truncation() {
+    let long = "n".repeat(70);
+    let text = flow(&format!(
+        "{SRC}  - {{name: {long}x, kind: consumer, parents: [src], component: {{builtin: c}}}}\n  - {{name: {long}y, kind: consumer, parents: [src], component: {{builtin: c}}}}\n"
+    ));
+    let got = error_codes(&text);
+    assert_eq!(got, vec![(codes::VF_GRAPH_NAME_COLLISION.into(), "spec.nodes[2].name".into())]);
+}
+
+#[test]
+fn duplicate_names_and_cycles() {
+    let text = flow(&format!(
+        "{SRC}  - {{name: a, kind: processor, parents: [src, c], component: {{builtin: x}}}}\n  - {{name: b, kind: processor, parents: [a], component: {{builtin: x}}}}\n  - {{name: c, kind: processor, parents: [b], component: {{builtin: x}}}}\n  - {{name: c, kind: consumer, parents: [c], component: {{builtin: x}}}}\n"
+    ));
+    let d = validate_flow(&doc(&text));
+    assert!(d.iter().any(|d| d.code == codes::VF_GRAPH_DUPLICATE_NAME && d.path == "spec.nodes[4].name"));
+    let cycle = d
+        .iter()
+        .find(|d| d.code == codes::VF_GRAPH_CYCLE)
+        .unwrap_or_else(|| panic!("no cycle in {d:#?}"));
+    assert!(cycle.message.contains("->"), "{}", cycle.message);
+    for n in ["a", "b", "c"] {
+        assert!(cycle.message.contains(n), "{}", cycle.message);
+    }
+}
+
+#[test]
+fn edge_rules() {
+    let text = flow(
+        "  - {name: src, kind: producer, parents: [sink], component: {builtin: p}}\n  - {name: lone, kind: processor, component: {builtin: x}}\n  - {name: sink, kind: consumer, parents: [src], component: {builtin: c}}\n  - {name: after, kind: consumer, parents: [sink], component: {builtin: c}}\n",
+    );
+    let got = error_codes(&text);
+    for want in [
+        (codes::VF_GRAPH_PRODUCER_WITH_PARENTS, "spec.nodes[0].parents"),
+        (codes::VF_GRAPH_CONSUMER_WITH_CHILDREN, "spec.nodes[0].parents[0]"),
+        (codes::VF_GRAPH_NOT_A_PRODUCER, "spec.nodes[1].parents"),
+        (codes::VF_GRAPH_CONSUMER_WITH_CHILDREN, "spec.nodes[3].parents[0]"),
+    ] {
+        assert!(got.contains(&(want.0.into(), want.1.into())), "missing {want:?} in {got:#?}");
+    }
+    let no_producer = flow("  - {name: a, kind: consumer, parents: [a], component: {builtin: c}}\n");
+    assert!(error_codes(&no_producer).iter().any(|(c, _)| c == codes::VF_GRAPH_NO_PRODUCER));
+}
+
+#[test]
+fn component_must_be_exactly_one() {
+    let text = flow(&format!(
+        "{SRC}  - {{name: two, kind: consumer, parents: [src], component: {{builtin: c, python: {{class: m.C}}}}}}\n  - {{name: none, kind: consumer, parents: [src], component: {{}}}}\n  - {{name: ex, kind: consumer, parents: [src], component: {{exec: {{command: []}}}}}}\n"
+    ));
+    let got = error_codes(&text);
+    assert_eq!(
+        got,
+        vec![
+            (codes::VF_FLOW_COMPONENT.into(), "spec.nodes[1].component".into()),
+            (codes::VF_FLOW_COMPONENT.into(), "spec.nodes[2].component".into()),
+            (codes::VF_FLOW_KNOB.into(), "spec.nodes[3].component.exec.command".into()),
+        ]
+    );
+}
+
+#[test]
+fn knobs_only_where_they_mean_something() {
+    let text = flow(
+        "  - {name: src, kind: producer, replicas: 2, partitionBy: trace_id, delivery: best-effort, gpu: {count: 1}, idempotent: true, join: {missing: drop}, component: {builtin: p}}\n  - {name: sink, kind: consumer, parents: [src], finite: false, replicas: 0, gpu: {count: 0}, assets: [{path: /m.onnx, sha256: ABC}], component: {builtin: c}}\n",
+    );
+    let got = error_codes(&text);
+    let paths: Vec<&str> = got.iter().map(|(_, p)| p.as_str()).collect();
+    for want in [
+        "spec.nodes[0].replicas",
+        "spec.nodes[0].partitionBy",
+        "spec.nodes[0].delivery",
+        "spec.nodes[0].gpu",
+        "spec.nodes[0].idempotent",
+        "spec.nodes[0].join",
+        "spec.nodes[1].finite",
+        "spec.nodes[1].replicas",
+        "spec.nodes[1].gpu",
+        "spec.nodes[1].gpu.count",
+        "spec.nodes[1].assets[0].sha256",
+    ] {
+        assert!(paths.contains(&want), "missing {want} in {paths:#?}");
+    }
+}
+
+#[test]
+fn join_rules_have_field_paths() {
+    let join = |j: &str, replicas: i32| {
+        flow(&format!(
+            "{SRC}  - {{name: b, kind: processor, parents: [src], component: {{builtin: x}}}}\n  - {{name: j, kind: consumer, parents: [src, b], replicas: {replicas}, join: {j}, component: {{builtin: c}}}}\n"
+        ))
+    };
+    // JOIN-1: time mode needs a tolerance.
+    assert_eq!(
+        error_codes(&join("{mode: time}", 1)),
+        vec![(codes::VF_FLOW_JOIN_POLICY.into(), "spec.nodes[2].join.toleranceMs".into())]
+    );
+    // JOIN-1: quorum needs a timeout; JOIN-10: quorum within the synchronized parents.
+    let got = error_codes(&join("{mode: time, toleranceMs: 5, quorum: 3}", 1));
+    assert_eq!(got.len(), 2, "{got:#?}");
+    assert!(got.iter().all(|(_, p)| p == "spec.nodes[2].join.quorum"));
+    // JOIN-10: collect keys must be parents.
+    let got = error_codes(&join("{mode: time, toleranceMs: 5, collect: {imu: 20}}", 1));
+    assert_eq!(got, vec![(codes::VF_FLOW_JOIN_POLICY.into(), "spec.nodes[2].join.collect".into())]);
+    // JOIN-4: a replicated time join (consumers cannot be replicated either).
+    let d = validate_flow(&doc(&join("{mode: time, toleranceMs: 5}", 2)));
+    assert!(d.iter().any(|d| d.message
+        == "j: a time-aligned join (join_policy mode='time') requires nb_tasks == 1, got 2"));
+}
+
+#[test]
+fn header_and_name_are_checked() {
+    let text = DIAMOND
+        .replace("apiVersion: videoflow.io/v1alpha1", "apiVersion: v1")
+        .replace("name: toy-calculator", "name: ''");
+    let got = error_codes(&text);
+    let paths: Vec<&str> = got.iter().map(|(_, p)| p.as_str()).collect();
+    assert_eq!(paths, vec!["apiVersion", "metadata.name"]);
+}
+
+#[test]
+fn output_unread_is_a_warning_only() {
+    let text = flow(&format!(
+        "{SRC}  - {{name: dead, kind: processor, parents: [src], component: {{builtin: x}}}}\n"
+    ));
+    let d = validate_flow(&doc(&text));
+    assert!(errors(&d).is_empty(), "{d:#?}");
+    assert!(d.iter().any(|d| d.code == codes::VF_GRAPH_OUTPUT_UNREAD && d.severity == Severity::Warning));
+    assert!(load_flow(&text).is_ok());
+}
+
+#[test]
+fn compile_derives_the_reference_node_spec() {
+    let compiled = compile(&doc(DIAMOND)).expect("compiles");
+    assert_eq!(compiled.flow_id, "toy-calculator");
+    let names: Vec<&str> = compiled.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, vec!["numbers", "double", "square", "pair", "sink"]);
+
+    let numbers = compiled.node("numbers").expect("numbers");
+    assert!(numbers.has_children);
+    assert!(numbers.is_finite);
+    // BLOB-5 compiler rule: two non-partitioned children (double's 3 replicas compete).
+    assert_eq!(numbers.blob_readers, Some(2));
+    // pair is partitioned with 2 replicas: each of its parents publishes for 2 readers.
+    assert_eq!(compiled.node("double").expect("double").blob_readers, Some(2));
+    assert_eq!(compiled.node("double").expect("double").nb_tasks, 3);
+    let pair = compiled.node("pair").expect("pair");
+    assert_eq!(pair.join_policy.as_ref().expect("join")["missing"], "wait");
+    assert_eq!(pair.join_policy.as_ref().expect("join")["timeout_seconds"], serde_json::Value::Null);
+    assert_eq!(compiled.parent_replicas(pair), vec![3, 1]);
+    assert_eq!(compiled.blob_reader_ids(compiled.node("square").expect("square")), vec!["pair/p0", "pair/p1"]);
+    let sink = compiled.node("sink").expect("sink");
+    assert!(!sink.has_children);
+    assert_eq!(sink.blob_readers, Some(0));
+
+    // specs.json keeps the reference's snake_case keys, every field present.
+    let json: serde_json::Value = serde_json::from_str(&compiled.specs_json()).expect("json");
+    let keys: Vec<&str> = json[0].as_object().expect("object").keys().map(String::as_str).collect();
+    for k in [
+        "name", "node_class", "params", "parents", "kind", "has_children", "nb_tasks",
+        "device_type", "is_finite", "image", "partition_by", "join_policy", "component_ref",
+        "descriptor", "command", "protocol_version", "gpu_count", "gpu_resource_name",
+        "blob_readers", "gpu_memory_gib", "delivery",
+    ] {
+        assert!(keys.contains(&k), "missing {k} in {keys:?}");
+    }
+    assert_eq!(json[0]["node_class"], "videoflow.producers.IntProducer");
+    assert_eq!(json[0]["params"]["end_value"], 99);
+}
+
+#[test]
+fn compile_refuses_an_invalid_flow() {
+    let text = DIAMOND.replace("parents: [pair]", "parents: [nope]");
+    let err = compile(&doc(&text)).expect_err("must refuse");
+    assert!(err.iter().any(|d| d.code == codes::VF_GRAPH_UNKNOWN_PARENT));
+}
+
+#[test]
+fn run_id_follows_topology_not_replicas() {
+    let base = doc(DIAMOND);
+    let id = default_run_id(&base.spec);
+    assert_eq!(id.len(), 10);
+    // Replicas and images roll in place: same run.
+    assert_eq!(default_run_id(&doc(&DIAMOND.replace("replicas: 3", "replicas: 5")).spec), id);
+    // A new edge is a new topology: new run.
+    let changed = DIAMOND.replace("parents: [double, square]", "parents: [square, double]");
+    assert_ne!(default_run_id(&doc(&changed).spec), id);
+    // An explicit run id wins.
+    let explicit = DIAMOND.replace("  type: batch\n", "  type: batch\n  runId: run-7\n");
+    assert_eq!(compile(&doc(&explicit)).expect("ok").run_id, "run-7");
+}
