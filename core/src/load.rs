@@ -13,7 +13,7 @@ use crate::validate::{Diagnostic, codes, validate_flow};
 pub fn parse_flow(text: &str) -> Result<FlowDocument, Vec<Diagnostic>> {
     let mut unknown: Vec<String> = Vec::new();
     let de = serde_yaml::Deserializer::from_str(text);
-    let mut record = |path: serde_ignored::Path<'_>| unknown.push(render_path(&path.to_string()));
+    let mut record = |path: serde_ignored::Path<'_>| unknown.push(ignored_path(&path));
     let ignored = serde_ignored::Deserializer::new(de, &mut record);
     let parsed: Result<FlowDocument, _> = serde_path_to_error::deserialize(ignored);
     let mut diags: Vec<Diagnostic> = unknown
@@ -56,6 +56,22 @@ pub fn load_flow(text: &str) -> Result<(FlowDocument, Vec<Diagnostic>), Vec<Diag
         Err(diags)
     } else {
         Ok((doc, diags))
+    }
+}
+
+/// Renders an ignored field's path in the resource's spelling: `spec.nodes[0].replica`.
+fn ignored_path(path: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => String::new(),
+        Path::Seq { parent, index } => format!("{}[{index}]", ignored_path(parent)),
+        Path::Map { parent, key } => {
+            let p = ignored_path(parent);
+            if p.is_empty() { key.clone() } else { format!("{p}.{key}") }
+        }
+        Path::Some { parent } | Path::NewtypeStruct { parent } | Path::NewtypeVariant { parent } => {
+            ignored_path(parent)
+        }
     }
 }
 

@@ -1,1 +1,38 @@
-//! (being written)
+//! The protobuf envelope v4 (WIRE-*): schema, encode, decode.
+//!
+//! Every DATA, EOS and ABORT publish is one `videoflow.v1.Envelope` (protocol §4). This module
+//! is the only place that knows the bytes; the worker sees an [`Envelope`] record whose
+//! payload is a native [`Payload`]. Why it must be exact: a Rust worker, a Python reference
+//! worker (videoflow 1.0.4) and the operator exchange these bytes, and the golden vectors in
+//! `shared/vectors/envelope` pin them.
+//!
+//! - [`decode`] follows WIRE-3 step by step and never panics; [`peek`] stops before the
+//!   payload so ownership and replay decisions can come first.
+//! - [`encode`] writes fields in field-number order, encodes set oneof members even at their
+//!   default, turns an empty map into a null value (1.0.4 parity), refuses tensors in
+//!   metadata and applies the ABORT-1 truncation to the error record.
+//! - Tensors: the twelve native dtypes are length-checked; any other dtype string is kept
+//!   opaque (see [`tensor`]).
+//! - Errors: [`EnvelopeError::code`] is `VF_POISON_DECODE` for every decode failure.
+
+mod codec;
+mod error;
+mod payload;
+pub mod proto;
+mod record;
+pub mod tensor;
+mod value_codec;
+mod wire_error;
+
+pub use codec::{ENVELOPE_VERSION, Peeked, decode, encode, is_legacy_msgpack, peek};
+pub use error::{CODE_DECODE, CODE_ENCODE, EnvelopeError, TensorError};
+pub use payload::{
+    BLOBREF_TYPE, DETECTIONS_TYPE, FRAME_TYPE, Payload, TENSOR_TYPE, TRACKS_TYPE, VALUE_TYPE,
+    decode_payload, encode_payload,
+};
+pub use record::{Envelope, MsgType};
+pub use value_codec::MAX_VALUE_DEPTH;
+pub use wire_error::{MAX_ERROR_TEXT_CHARS, UNKNOWN_ERROR_CODE, WireError};
+
+#[cfg(test)]
+mod tests;
