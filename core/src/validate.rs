@@ -23,18 +23,11 @@ use crate::naming::Encoding;
 
 /// Stable codes of the field rules this crate adds to the protocol's graph codes.
 pub mod codes {
-    /// A parentless node that is not a producer (protocol §15.1).
-    pub const VF_GRAPH_NOT_A_PRODUCER: &str = "VF_GRAPH_NOT_A_PRODUCER";
-    /// The graph has a cycle (protocol §15.1).
-    pub const VF_GRAPH_CYCLE: &str = "VF_GRAPH_CYCLE";
-    /// Two nodes share a name (protocol §15.1).
-    pub const VF_GRAPH_DUPLICATE_NAME: &str = "VF_GRAPH_DUPLICATE_NAME";
-    /// Distinct names that encode to one physical name (NAME-1).
-    pub const VF_GRAPH_NAME_COLLISION: &str = "VF_GRAPH_NAME_COLLISION";
-    /// A replicated join without `partitionBy` (JOIN-4).
-    pub const VF_GRAPH_UNPARTITIONED_JOIN: &str = "VF_GRAPH_UNPARTITIONED_JOIN";
-    /// A node whose output nothing reads (warning, protocol §15.1).
-    pub const VF_GRAPH_OUTPUT_UNREAD: &str = "VF_GRAPH_OUTPUT_UNREAD";
+    /// The protocol's graph codes (§15.1), defined with the rest of the taxonomy.
+    pub use crate::errors::{
+        VF_GRAPH_CYCLE, VF_GRAPH_DUPLICATE_NAME, VF_GRAPH_NAME_COLLISION, VF_GRAPH_NOT_A_PRODUCER,
+        VF_GRAPH_OUTPUT_UNREAD, VF_GRAPH_UNPARTITIONED_JOIN,
+    };
     /// The document is not a `videoflow.io/v1alpha1` `Flow`, or a field has the wrong type.
     pub const VF_FLOW_SCHEMA: &str = "VF_FLOW_SCHEMA";
     /// A field the schema does not know (usually a typo).
@@ -84,7 +77,12 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     /// An error diagnostic.
-    pub fn error(code: &str, path: impl Into<String>, message: impl Into<String>, remedy: impl Into<String>) -> Self {
+    pub fn error(
+        code: &str,
+        path: impl Into<String>,
+        message: impl Into<String>,
+        remedy: impl Into<String>,
+    ) -> Self {
         Diagnostic {
             severity: Severity::Error,
             code: code.to_owned(),
@@ -95,7 +93,12 @@ impl Diagnostic {
     }
 
     /// A warning diagnostic.
-    pub fn warning(code: &str, path: impl Into<String>, message: impl Into<String>, remedy: impl Into<String>) -> Self {
+    pub fn warning(
+        code: &str,
+        path: impl Into<String>,
+        message: impl Into<String>,
+        remedy: impl Into<String>,
+    ) -> Self {
         Diagnostic {
             severity: Severity::Warning,
             ..Diagnostic::error(code, path, message, remedy)
@@ -135,7 +138,10 @@ pub fn validate_flow(doc: &FlowDocument) -> Vec<Diagnostic> {
         out.push(Diagnostic::error(
             codes::VF_FLOW_SCHEMA,
             "apiVersion",
-            format!("apiVersion is '{}', expected '{API_VERSION}'.", doc.api_version),
+            format!(
+                "apiVersion is '{}', expected '{API_VERSION}'.",
+                doc.api_version
+            ),
             format!("Set apiVersion: {API_VERSION}."),
         ));
     }
@@ -237,7 +243,10 @@ fn check_names(nodes: &[NodeDecl], out: &mut Vec<Diagnostic>) {
         let mut groups: BTreeMap<String, Vec<(usize, &str)>> = BTreeMap::new();
         for (i, n) in nodes.iter().enumerate() {
             if first_at.get(n.name.as_str()) == Some(&i) {
-                groups.entry(enc.encode(&n.name)).or_default().push((i, &n.name));
+                groups
+                    .entry(enc.encode(&n.name))
+                    .or_default()
+                    .push((i, &n.name));
             }
         }
         for (physical, members) in groups {
@@ -269,17 +278,17 @@ fn check_edges(nodes: &[NodeDecl], index: &HashMap<&str, usize>, out: &mut Vec<D
             NodeKind::Producer if !n.parents.is_empty() => out.push(Diagnostic::error(
                 codes::VF_GRAPH_PRODUCER_WITH_PARENTS,
                 format!("{}.parents", node_path(i)),
-                format!("Producer '{}' has parents; producers are the sources of the flow.", n.name),
+                format!(
+                    "Producer '{}' has parents; producers are the sources of the flow.",
+                    n.name
+                ),
                 "Remove its parents, or make it a processor.",
             )),
             NodeKind::Processor | NodeKind::Consumer if n.parents.is_empty() => {
                 out.push(Diagnostic::error(
                     codes::VF_GRAPH_NOT_A_PRODUCER,
                     format!("{}.parents", node_path(i)),
-                    format!(
-                        "'{}' is a root of the graph but is not a producer.",
-                        n.name
-                    ),
+                    format!("'{}' is a root of the graph but is not a producer.", n.name),
                     "Every parentless node must be a producer; give it a parent, or make it one.",
                 ))
             }
@@ -292,13 +301,19 @@ fn check_edges(nodes: &[NodeDecl], index: &HashMap<&str, usize>, out: &mut Vec<D
                 None => out.push(Diagnostic::error(
                     codes::VF_GRAPH_UNKNOWN_PARENT,
                     path,
-                    format!("'{}' names parent '{p}', which is not a node of this flow.", n.name),
+                    format!(
+                        "'{}' names parent '{p}', which is not a node of this flow.",
+                        n.name
+                    ),
                     suggest(p, nodes),
                 )),
                 Some(&pi) if nodes[pi].kind == NodeKind::Consumer => out.push(Diagnostic::error(
                     codes::VF_GRAPH_CONSUMER_WITH_CHILDREN,
                     path,
-                    format!("'{}' names consumer '{p}' as its parent; consumers have no output.", n.name),
+                    format!(
+                        "'{}' names consumer '{p}' as its parent; consumers have no output.",
+                        n.name
+                    ),
                     format!("Make '{p}' a processor, or take the data from one of its parents."),
                 )),
                 Some(_) if seen.contains(&p.as_str()) => out.push(Diagnostic::error(
@@ -352,7 +367,9 @@ fn check_cycles(nodes: &[NodeDecl], index: &HashMap<&str, usize>, out: &mut Vec<
             }
             let p = &parents[*next];
             *next += 1;
-            let Some(&u) = index.get(p.as_str()) else { continue };
+            let Some(&u) = index.get(p.as_str()) else {
+                continue;
+            };
             match mark[u] {
                 Mark::New => {
                     mark[u] = Mark::Active;
@@ -360,8 +377,10 @@ fn check_cycles(nodes: &[NodeDecl], index: &HashMap<&str, usize>, out: &mut Vec<
                 }
                 Mark::Active => {
                     let from = stack.iter().position(|&(w, _)| w == u).unwrap_or(0);
-                    let mut names: Vec<&str> =
-                        stack[from..].iter().map(|&(w, _)| nodes[w].name.as_str()).collect();
+                    let mut names: Vec<&str> = stack[from..]
+                        .iter()
+                        .map(|&(w, _)| nodes[w].name.as_str())
+                        .collect();
                     names.reverse();
                     names.push(nodes[u].name.as_str());
                     out.push(Diagnostic::error(
@@ -378,10 +397,21 @@ fn check_cycles(nodes: &[NodeDecl], index: &HashMap<&str, usize>, out: &mut Vec<
 }
 
 /// Per-node knobs: each only where it means something, each in range.
-fn check_node(flow_type: FlowType, i: usize, n: &NodeDecl, children: usize, out: &mut Vec<Diagnostic>) {
+fn check_node(
+    flow_type: FlowType,
+    i: usize,
+    n: &NodeDecl,
+    children: usize,
+    out: &mut Vec<Diagnostic>,
+) {
     let at = |field: &str| format!("{}.{field}", node_path(i));
     let knob = |out: &mut Vec<Diagnostic>, field: &str, message: String, remedy: &str| {
-        out.push(Diagnostic::error(codes::VF_FLOW_KNOB, at(field), message, remedy));
+        out.push(Diagnostic::error(
+            codes::VF_FLOW_KNOB,
+            at(field),
+            message,
+            remedy,
+        ));
     };
 
     // component: exactly one of builtin / exec / python.
@@ -402,63 +432,146 @@ fn check_node(flow_type: FlowType, i: usize, n: &NodeDecl, children: usize, out:
         ));
     }
     if c.builtin.as_deref().is_some_and(str::is_empty) {
-        knob(out, "component.builtin", format!("'{}' has an empty builtin class.", n.name), "Name a built-in node, e.g. videoflow.processors.IdentityProcessor.");
+        knob(
+            out,
+            "component.builtin",
+            format!("'{}' has an empty builtin class.", n.name),
+            "Name a built-in node, e.g. videoflow.processors.IdentityProcessor.",
+        );
     }
     if let Some(exec) = &c.exec
         && exec.command.is_empty()
     {
-        knob(out, "component.exec.command", format!("'{}' has an exec component without a command.", n.name), "Set component.exec.command to the program to run.");
+        knob(
+            out,
+            "component.exec.command",
+            format!("'{}' has an exec component without a command.", n.name),
+            "Set component.exec.command to the program to run.",
+        );
     }
     if let Some(py) = &c.python
         && py.class.trim().is_empty()
     {
-        knob(out, "component.python.class", format!("'{}' has a python component without a class.", n.name), "Set component.python.class to the node's import path.");
+        knob(
+            out,
+            "component.python.class",
+            format!("'{}' has a python component without a class.", n.name),
+            "Set component.python.class to the node's import path.",
+        );
     }
 
     if let Some(params) = &n.params
         && !params.is_object()
     {
-        knob(out, "params", format!("'{}' has params that are not an object.", n.name), "Write params as a mapping of parameter names to values.");
+        knob(
+            out,
+            "params",
+            format!("'{}' has params that are not an object.", n.name),
+            "Write params as a mapping of parameter names to values.",
+        );
     }
     if let Some(r) = n.replicas {
         if r < 1 {
-            knob(out, "replicas", format!("'{}' has replicas={r}; at least one replica is needed.", n.name), "Set replicas to 1 or more.");
+            knob(
+                out,
+                "replicas",
+                format!(
+                    "'{}' has replicas={r}; at least one replica is needed.",
+                    n.name
+                ),
+                "Set replicas to 1 or more.",
+            );
         } else if r > 1 && n.kind != NodeKind::Processor {
             knob(
                 out,
                 "replicas",
-                format!("'{}' is a {} with replicas={r}; only processors are replicated.", n.name, n.kind.as_str()),
+                format!(
+                    "'{}' is a {} with replicas={r}; only processors are replicated.",
+                    n.name,
+                    n.kind.as_str()
+                ),
                 "Remove replicas, or move the work into a replicated processor.",
             );
         }
     }
     if n.finite.is_some() && n.kind != NodeKind::Producer {
-        knob(out, "finite", format!("'{}' sets finite, which only describes producers.", n.name), "Remove finite from this node.");
+        knob(
+            out,
+            "finite",
+            format!("'{}' sets finite, which only describes producers.", n.name),
+            "Remove finite from this node.",
+        );
     }
     if n.idempotent.is_some() && n.kind != NodeKind::Consumer {
-        knob(out, "idempotent", format!("'{}' sets idempotent, which only applies to consumers.", n.name), "Remove idempotent from this node.");
+        knob(
+            out,
+            "idempotent",
+            format!(
+                "'{}' sets idempotent, which only applies to consumers.",
+                n.name
+            ),
+            "Remove idempotent from this node.",
+        );
     }
     if n.delivery.is_some() && n.kind == NodeKind::Producer {
-        knob(out, "delivery", format!("Producer '{}' sets delivery; a producer has no inputs to retry or dead-letter.", n.name), "Set delivery on the nodes that consume it.");
+        knob(
+            out,
+            "delivery",
+            format!(
+                "Producer '{}' sets delivery; a producer has no inputs to retry or dead-letter.",
+                n.name
+            ),
+            "Set delivery on the nodes that consume it.",
+        );
     }
     if let Some(gpu) = &n.gpu {
         if n.kind != NodeKind::Processor {
-            knob(out, "gpu", format!("'{}' is a {} with gpu settings; only processors run on GPUs.", n.name, n.kind.as_str()), "Remove gpu, or move the GPU work into a processor.");
+            knob(
+                out,
+                "gpu",
+                format!(
+                    "'{}' is a {} with gpu settings; only processors run on GPUs.",
+                    n.name,
+                    n.kind.as_str()
+                ),
+                "Remove gpu, or move the GPU work into a processor.",
+            );
         }
         if let Some(count) = gpu.count
             && count < 1
         {
-            knob(out, "gpu.count", format!("'{}' asks for gpu.count={count}.", n.name), "Ask for at least one device, or remove gpu.");
+            knob(
+                out,
+                "gpu.count",
+                format!("'{}' asks for gpu.count={count}.", n.name),
+                "Ask for at least one device, or remove gpu.",
+            );
         }
     }
     for (a, asset) in n.assets.iter().enumerate() {
         if asset.path.is_empty() {
-            knob(out, &format!("assets[{a}].path"), format!("'{}' declares an asset with an empty path.", n.name), "Give the absolute path of the file inside the worker.");
+            knob(
+                out,
+                &format!("assets[{a}].path"),
+                format!("'{}' declares an asset with an empty path.", n.name),
+                "Give the absolute path of the file inside the worker.",
+            );
         }
         if let Some(sha) = &asset.sha256
-            && (sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()))
+            && (sha.len() != 64
+                || !sha
+                    .chars()
+                    .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()))
         {
-            knob(out, &format!("assets[{a}].sha256"), format!("'{}' declares asset '{}' with sha256 '{sha}', which is not 64 lowercase hex digits.", n.name, asset.path), "Use the output of `sha256sum <file>`.");
+            knob(
+                out,
+                &format!("assets[{a}].sha256"),
+                format!(
+                    "'{}' declares asset '{}' with sha256 '{sha}', which is not 64 lowercase hex digits.",
+                    n.name, asset.path
+                ),
+                "Use the output of `sha256sum <file>`.",
+            );
         }
     }
 
@@ -466,9 +579,22 @@ fn check_node(flow_type: FlowType, i: usize, n: &NodeDecl, children: usize, out:
     let parents = n.parents.len();
     if let Some(by) = &n.partition_by {
         if n.kind == NodeKind::Producer {
-            knob(out, "partitionBy", format!("Producer '{}' sets partitionBy; partitioning routes inputs, and a producer has none.", n.name), "Set partitionBy on the consuming node.");
+            knob(
+                out,
+                "partitionBy",
+                format!(
+                    "Producer '{}' sets partitionBy; partitioning routes inputs, and a producer has none.",
+                    n.name
+                ),
+                "Set partitionBy on the consuming node.",
+            );
         } else if by.is_empty() {
-            knob(out, "partitionBy", format!("'{}' has an empty partitionBy.", n.name), "Use trace_id (recommended for joins) or a metadata field name, or remove it.");
+            knob(
+                out,
+                "partitionBy",
+                format!("'{}' has an empty partitionBy.", n.name),
+                "Use trace_id (recommended for joins) or a metadata field name, or remove it.",
+            );
         }
     }
     if parents > 1 && n.nb_tasks() > 1 && n.partition_by.as_deref().is_none_or(str::is_empty) {
@@ -485,11 +611,24 @@ fn check_node(flow_type: FlowType, i: usize, n: &NodeDecl, children: usize, out:
     }
     if let Some(decl) = &n.join {
         if n.kind == NodeKind::Producer {
-            out.push(Diagnostic::error(codes::VF_FLOW_JOIN_POLICY, at("join"), format!("Producer '{}' sets a join policy; it has no inputs to join.", n.name), "Remove join from this node."));
+            out.push(Diagnostic::error(
+                codes::VF_FLOW_JOIN_POLICY,
+                at("join"),
+                format!(
+                    "Producer '{}' sets a join policy; it has no inputs to join.",
+                    n.name
+                ),
+                "Remove join from this node.",
+            ));
         } else {
             let policy = JoinPolicy::from_decl(decl);
             for p in policy.problems(&n.name, &n.parents) {
-                out.push(Diagnostic::error(codes::VF_FLOW_JOIN_POLICY, at(&format!("join.{}", p.field)), p.message, p.remedy));
+                out.push(Diagnostic::error(
+                    codes::VF_FLOW_JOIN_POLICY,
+                    at(&format!("join.{}", p.field)),
+                    p.message,
+                    p.remedy,
+                ));
             }
             if policy.mode == JoinMode::Time && parents > 1 && n.nb_tasks() > 1 {
                 out.push(Diagnostic::error(
@@ -506,7 +645,10 @@ fn check_node(flow_type: FlowType, i: usize, n: &NodeDecl, children: usize, out:
             if parents < 2 {
                 out.push(Diagnostic::warning(codes::VF_FLOW_JOIN_POLICY, at("join"), format!("'{}' has {parents} parent(s), so its join policy is never used (JOIN-3 passthrough).", n.name), "Remove join, or add the parents it should join."));
             }
-            if flow_type == FlowType::Batch && decl.missing == Some(crate::model::MissingPolicy::Drop) && decl.timeout_seconds.is_some() {
+            if flow_type == FlowType::Batch
+                && decl.missing == Some(crate::model::MissingPolicy::Drop)
+                && decl.timeout_seconds.is_some()
+            {
                 out.push(Diagnostic::warning(codes::VF_FLOW_JOIN_POLICY, at("join.missing"), format!("'{}' drops incomplete groups after a timeout in a batch flow, so slow inputs are lost silently.", n.name), "Use missing: wait (the batch default) unless losing late members is intended."));
             }
         }
@@ -517,7 +659,10 @@ fn check_node(flow_type: FlowType, i: usize, n: &NodeDecl, children: usize, out:
         out.push(Diagnostic::warning(
             codes::VF_GRAPH_OUTPUT_UNREAD,
             format!("{}.name", node_path(i)),
-            format!("Nothing consumes the output of {}, so its results are computed and discarded.", n.name),
+            format!(
+                "Nothing consumes the output of {}, so its results are computed and discarded.",
+                n.name
+            ),
             "Wire a child to it, or drop it from the graph.",
         ));
     }
