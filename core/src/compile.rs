@@ -148,7 +148,10 @@ pub fn compile(doc: &FlowDocument) -> Result<CompiledFlow, Vec<Diagnostic>> {
         _ => default_run_id(spec),
     };
     let order = topological_order(&spec.nodes);
-    let mut nodes: Vec<NodeSpec> = order.iter().map(|&i| node_spec(&spec.nodes[i], spec)).collect();
+    let mut nodes: Vec<NodeSpec> = order
+        .iter()
+        .map(|&i| node_spec(&spec.nodes[i], spec))
+        .collect();
     let readers: Vec<i64> = nodes
         .iter()
         .map(|n| {
@@ -226,7 +229,8 @@ fn node_spec(n: &NodeDecl, spec: &FlowSpec) -> NodeSpec {
     let has_children = spec.nodes.iter().any(|c| c.parents.contains(&n.name));
     let is_processor = n.kind == NodeKind::Processor;
     let c = &n.component;
-    let (node_class, image, component_ref, command, protocol_version) = if let Some(b) = &c.builtin {
+    let (node_class, image, component_ref, command, protocol_version) = if let Some(b) = &c.builtin
+    {
         (Some(b.clone()), None, None, None, None)
     } else if let Some(py) = &c.python {
         (Some(py.class.clone()), py.image.clone(), None, None, None)
@@ -234,7 +238,13 @@ fn node_spec(n: &NodeDecl, spec: &FlowSpec) -> NodeSpec {
         let mut cmd = exec.command.clone();
         cmd.extend(exec.args.iter().cloned());
         let reference = exec.image.clone().or_else(|| exec.command.first().cloned());
-        (None, exec.image.clone(), reference, Some(cmd), Some(COMPONENT_PROTOCOL_VERSION))
+        (
+            None,
+            exec.image.clone(),
+            reference,
+            Some(cmd),
+            Some(COMPONENT_PROTOCOL_VERSION),
+        )
     } else {
         (None, None, None, None, None)
     };
@@ -260,12 +270,28 @@ fn node_spec(n: &NodeDecl, spec: &FlowSpec) -> NodeSpec {
         parents: n.parents.clone(),
         kind: n.kind.as_str().to_owned(),
         has_children,
-        nb_tasks: if is_processor { i64::from(n.nb_tasks()) } else { 1 },
-        device_type: if is_processor && n.gpu.is_some() { "gpu" } else { "cpu" }.to_owned(),
-        is_finite: if n.kind == NodeKind::Producer { n.finite.unwrap_or(true) } else { true },
+        nb_tasks: if is_processor {
+            i64::from(n.nb_tasks())
+        } else {
+            1
+        },
+        device_type: if is_processor && n.gpu.is_some() {
+            "gpu"
+        } else {
+            "cpu"
+        }
+        .to_owned(),
+        is_finite: if n.kind == NodeKind::Producer {
+            n.finite.unwrap_or(true)
+        } else {
+            true
+        },
         image,
         partition_by: n.partition_by.clone().filter(|p| !p.is_empty()),
-        join_policy: n.join.as_ref().map(|j| JoinPolicy::from_decl(j).to_reference_json()),
+        join_policy: n
+            .join
+            .as_ref()
+            .map(|j| JoinPolicy::from_decl(j).to_reference_json()),
         component_ref,
         descriptor: None,
         command,

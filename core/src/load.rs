@@ -32,7 +32,11 @@ pub fn parse_flow(text: &str) -> Result<FlowDocument, Vec<Diagnostic>> {
         Ok(_) => Err(diags),
         Err(e) => {
             let path = render_path(&e.path().to_string());
-            let path = if path.is_empty() || path == "." { "(document)".to_owned() } else { path };
+            let path = if path.is_empty() || path == "." {
+                "(document)".to_owned()
+            } else {
+                path
+            };
             diags.insert(
                 0,
                 Diagnostic::error(
@@ -67,11 +71,15 @@ fn ignored_path(path: &serde_ignored::Path<'_>) -> String {
         Path::Seq { parent, index } => format!("{}[{index}]", ignored_path(parent)),
         Path::Map { parent, key } => {
             let p = ignored_path(parent);
-            if p.is_empty() { key.clone() } else { format!("{p}.{key}") }
+            if p.is_empty() {
+                key.clone()
+            } else {
+                format!("{p}.{key}")
+            }
         }
-        Path::Some { parent } | Path::NewtypeStruct { parent } | Path::NewtypeVariant { parent } => {
-            ignored_path(parent)
-        }
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => ignored_path(parent),
     }
 }
 
@@ -107,6 +115,10 @@ mod tests {
         let text = "apiVersion: videoflow.io/v1alpha1\nkind: Flow\nmetadata: {name: f}\nspec:\n  nodes:\n  - name: a\n    kind: procesor\n    component: {builtin: x}\n";
         let diags = parse_flow(text).expect_err("must fail");
         assert_eq!(diags[0].path, "spec.nodes[0].kind");
-        assert!(diags[0].message.contains("procesor"), "{}", diags[0].message);
+        assert!(
+            diags[0].message.contains("procesor"),
+            "{}",
+            diags[0].message
+        );
     }
 }

@@ -77,7 +77,14 @@ mod tests {
             "745708c2eeaf98a60fdbebafe1d04eff"
         );
         assert_eq!(
-            msgid("flow-A", "run-1", "detector", "abort-r2", 11, MsgKind::Abort),
+            msgid(
+                "flow-A",
+                "run-1",
+                "detector",
+                "abort-r2",
+                11,
+                MsgKind::Abort
+            ),
             "2a87f320c56cde8ff6e3266c2a1018ee"
         );
     }

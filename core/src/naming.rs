@@ -180,11 +180,17 @@ mod tests {
 
     #[test]
     fn name_2_to_9_formats() {
-        assert_eq!(data_subject("flow-A", "run.1", "cam"), "vf.flow-A.run_1.cam");
+        assert_eq!(
+            data_subject("flow-A", "run.1", "cam"),
+            "vf.flow-A.run_1.cam"
+        );
         assert_eq!(stream_name("flow-A", "run-1", "cam"), "vf-flow-A-run-1-cam");
         assert_eq!(eos_subject("f", "r", "n"), "vf.f.r.n._eos");
         assert_eq!(durable_name("det", "cam"), "det--from--cam");
-        assert_eq!(partitioned_durable_name("det", "cam", 3), "det--from--cam--p3");
+        assert_eq!(
+            partitioned_durable_name("det", "cam", 3),
+            "det--from--cam--p3"
+        );
         assert_eq!(
             eos_durable_name("det", "cam", "r0-1a2b3c4d"),
             "det--eos--cam--r0-1a2b3c4d"
@@ -198,7 +204,10 @@ mod tests {
 
     #[test]
     fn k8s_names_are_dns_labels() {
-        assert_eq!(run_object_name("Flow_A", "run.1", &["Det"]), "vf-flow-a-run-1-det");
+        assert_eq!(
+            run_object_name("Flow_A", "run.1", &["Det"]),
+            "vf-flow-a-run-1-det"
+        );
         assert_eq!(k8s_name(&["--a", "b--"]), "a-b");
         let long = "x".repeat(100);
         let name = run_object_name("f", "r", &[&long]);

@@ -63,15 +63,24 @@ fn three_mistakes_yield_three_diagnostics_with_paths_and_remedies() {
         // 2. a replicated join without partitionBy (JOIN-4 compiler rule)
         .replace("    partitionBy: trace_id\n", "")
         // 3. a quorum outside time mode (JOIN-1)
-        .replace("join: {missing: wait}", "join: {missing: drop, timeoutSeconds: 5, quorum: 1}");
+        .replace(
+            "join: {missing: wait}",
+            "join: {missing: drop, timeoutSeconds: 5, quorum: 1}",
+        );
     let d = validate_flow(&doc(&text));
     let errs = errors(&d);
-    let got: Vec<(&str, &str)> = errs.iter().map(|d| (d.code.as_str(), d.path.as_str())).collect();
+    let got: Vec<(&str, &str)> = errs
+        .iter()
+        .map(|d| (d.code.as_str(), d.path.as_str()))
+        .collect();
     assert_eq!(
         got,
         vec![
             (codes::VF_GRAPH_UNKNOWN_PARENT, "spec.nodes[4].parents[0]"),
-            (codes::VF_GRAPH_UNPARTITIONED_JOIN, "spec.nodes[3].partitionBy"),
+            (
+                codes::VF_GRAPH_UNPARTITIONED_JOIN,
+                "spec.nodes[3].partitionBy"
+            ),
             (codes::VF_FLOW_JOIN_POLICY, "spec.nodes[3].join.quorum"),
         ]
     );
@@ -79,7 +88,11 @@ fn three_mistakes_yield_three_diagnostics_with_paths_and_remedies() {
         assert!(!e.remedy.is_empty(), "no remedy: {e}");
         assert!(!e.message.is_empty(), "no message: {e}");
     }
-    assert!(errs[0].remedy.contains("Did you mean 'pair'"), "{}", errs[0].remedy);
+    assert!(
+        errs[0].remedy.contains("Did you mean 'pair'"),
+        "{}",
+        errs[0].remedy
+    );
     assert_eq!(
         errs[1].message,
         "pair joins 2 parents with nb_tasks=2 but no partition_by, so replicas would receive the two halves of a join on different workers."
@@ -120,7 +133,9 @@ fn name_1_collisions_under_both_encodings() {
         "{msgs:#?}"
     );
     assert!(
-        msgs.contains(&"Node names ['Sink', 'sink'] all encode to the kubernetes name 'vf-f-r-sink'."),
+        msgs.contains(
+            &"Node names ['Sink', 'sink'] all encode to the kubernetes name 'vf-f-r-sink'."
+        ),
         "{msgs:#?}"
     );
     // `a.b`/`a_b` also collide for Kubernetes (`a-b`).
@@ -134,7 +149,13 @@ fn long_names_collide_after_truncation() {
         "{SRC}  - {{name: {long}x, kind: consumer, parents: [src], component: {{builtin: c}}}}\n  - {{name: {long}y, kind: consumer, parents: [src], component: {{builtin: c}}}}\n"
     ));
     let got = error_codes(&text);
-    assert_eq!(got, vec![(codes::VF_GRAPH_NAME_COLLISION.into(), "spec.nodes[2].name".into())]);
+    assert_eq!(
+        got,
+        vec![(
+            codes::VF_GRAPH_NAME_COLLISION.into(),
+            "spec.nodes[2].name".into()
+        )]
+    );
 }
 
 #[test]
@@ -143,7 +164,10 @@ fn duplicate_names_and_cycles() {
         "{SRC}  - {{name: a, kind: processor, parents: [src, c], component: {{builtin: x}}}}\n  - {{name: b, kind: processor, parents: [a], component: {{builtin: x}}}}\n  - {{name: c, kind: processor, parents: [b], component: {{builtin: x}}}}\n  - {{name: c, kind: consumer, parents: [c], component: {{builtin: x}}}}\n"
     ));
     let d = validate_flow(&doc(&text));
-    assert!(d.iter().any(|d| d.code == codes::VF_GRAPH_DUPLICATE_NAME && d.path == "spec.nodes[4].name"));
+    assert!(
+        d.iter()
+            .any(|d| d.code == codes::VF_GRAPH_DUPLICATE_NAME && d.path == "spec.nodes[4].name")
+    );
     let cycle = d
         .iter()
         .find(|d| d.code == codes::VF_GRAPH_CYCLE)
@@ -161,15 +185,32 @@ fn edge_rules() {
     );
     let got = error_codes(&text);
     for want in [
-        (codes::VF_GRAPH_PRODUCER_WITH_PARENTS, "spec.nodes[0].parents"),
-        (codes::VF_GRAPH_CONSUMER_WITH_CHILDREN, "spec.nodes[0].parents[0]"),
+        (
+            codes::VF_GRAPH_PRODUCER_WITH_PARENTS,
+            "spec.nodes[0].parents",
+        ),
+        (
+            codes::VF_GRAPH_CONSUMER_WITH_CHILDREN,
+            "spec.nodes[0].parents[0]",
+        ),
         (codes::VF_GRAPH_NOT_A_PRODUCER, "spec.nodes[1].parents"),
-        (codes::VF_GRAPH_CONSUMER_WITH_CHILDREN, "spec.nodes[3].parents[0]"),
+        (
+            codes::VF_GRAPH_CONSUMER_WITH_CHILDREN,
+            "spec.nodes[3].parents[0]",
+        ),
     ] {
-        assert!(got.contains(&(want.0.into(), want.1.into())), "missing {want:?} in {got:#?}");
+        assert!(
+            got.contains(&(want.0.into(), want.1.into())),
+            "missing {want:?} in {got:#?}"
+        );
     }
-    let no_producer = flow("  - {name: a, kind: consumer, parents: [a], component: {builtin: c}}\n");
-    assert!(error_codes(&no_producer).iter().any(|(c, _)| c == codes::VF_GRAPH_NO_PRODUCER));
+    let no_producer =
+        flow("  - {name: a, kind: consumer, parents: [a], component: {builtin: c}}\n");
+    assert!(
+        error_codes(&no_producer)
+            .iter()
+            .any(|(c, _)| c == codes::VF_GRAPH_NO_PRODUCER)
+    );
 }
 
 #[test]
@@ -181,9 +222,18 @@ fn component_must_be_exactly_one() {
     assert_eq!(
         got,
         vec![
-            (codes::VF_FLOW_COMPONENT.into(), "spec.nodes[1].component".into()),
-            (codes::VF_FLOW_COMPONENT.into(), "spec.nodes[2].component".into()),
-            (codes::VF_FLOW_KNOB.into(), "spec.nodes[3].component.exec.command".into()),
+            (
+                codes::VF_FLOW_COMPONENT.into(),
+                "spec.nodes[1].component".into()
+            ),
+            (
+                codes::VF_FLOW_COMPONENT.into(),
+                "spec.nodes[2].component".into()
+            ),
+            (
+                codes::VF_FLOW_KNOB.into(),
+                "spec.nodes[3].component.exec.command".into()
+            ),
         ]
     );
 }
@@ -222,7 +272,10 @@ fn join_rules_have_field_paths() {
     // JOIN-1: time mode needs a tolerance.
     assert_eq!(
         error_codes(&join("{mode: time}", 1)),
-        vec![(codes::VF_FLOW_JOIN_POLICY.into(), "spec.nodes[2].join.toleranceMs".into())]
+        vec![(
+            codes::VF_FLOW_JOIN_POLICY.into(),
+            "spec.nodes[2].join.toleranceMs".into()
+        )]
     );
     // JOIN-1: quorum needs a timeout; JOIN-10: quorum within the synchronized parents.
     let got = error_codes(&join("{mode: time, toleranceMs: 5, quorum: 3}", 1));
@@ -230,7 +283,13 @@ fn join_rules_have_field_paths() {
     assert!(got.iter().all(|(_, p)| p == "spec.nodes[2].join.quorum"));
     // JOIN-10: collect keys must be parents.
     let got = error_codes(&join("{mode: time, toleranceMs: 5, collect: {imu: 20}}", 1));
-    assert_eq!(got, vec![(codes::VF_FLOW_JOIN_POLICY.into(), "spec.nodes[2].join.collect".into())]);
+    assert_eq!(
+        got,
+        vec![(
+            codes::VF_FLOW_JOIN_POLICY.into(),
+            "spec.nodes[2].join.collect".into()
+        )]
+    );
     // JOIN-4: a replicated time join (consumers cannot be replicated either).
     let d = validate_flow(&doc(&join("{mode: time, toleranceMs: 5}", 2)));
     assert!(d.iter().any(|d| d.message
@@ -254,7 +313,10 @@ fn output_unread_is_a_warning_only() {
     ));
     let d = validate_flow(&doc(&text));
     assert!(errors(&d).is_empty(), "{d:#?}");
-    assert!(d.iter().any(|d| d.code == codes::VF_GRAPH_OUTPUT_UNREAD && d.severity == Severity::Warning));
+    assert!(
+        d.iter()
+            .any(|d| d.code == codes::VF_GRAPH_OUTPUT_UNREAD && d.severity == Severity::Warning)
+    );
     assert!(load_flow(&text).is_ok());
 }
 
@@ -271,25 +333,56 @@ fn compile_derives_the_reference_node_spec() {
     // BLOB-5 compiler rule: two non-partitioned children (double's 3 replicas compete).
     assert_eq!(numbers.blob_readers, Some(2));
     // pair is partitioned with 2 replicas: each of its parents publishes for 2 readers.
-    assert_eq!(compiled.node("double").expect("double").blob_readers, Some(2));
+    assert_eq!(
+        compiled.node("double").expect("double").blob_readers,
+        Some(2)
+    );
     assert_eq!(compiled.node("double").expect("double").nb_tasks, 3);
     let pair = compiled.node("pair").expect("pair");
     assert_eq!(pair.join_policy.as_ref().expect("join")["missing"], "wait");
-    assert_eq!(pair.join_policy.as_ref().expect("join")["timeout_seconds"], serde_json::Value::Null);
+    assert_eq!(
+        pair.join_policy.as_ref().expect("join")["timeout_seconds"],
+        serde_json::Value::Null
+    );
     assert_eq!(compiled.parent_replicas(pair), vec![3, 1]);
-    assert_eq!(compiled.blob_reader_ids(compiled.node("square").expect("square")), vec!["pair/p0", "pair/p1"]);
+    assert_eq!(
+        compiled.blob_reader_ids(compiled.node("square").expect("square")),
+        vec!["pair/p0", "pair/p1"]
+    );
     let sink = compiled.node("sink").expect("sink");
     assert!(!sink.has_children);
     assert_eq!(sink.blob_readers, Some(0));
 
     // specs.json keeps the reference's snake_case keys, every field present.
     let json: serde_json::Value = serde_json::from_str(&compiled.specs_json()).expect("json");
-    let keys: Vec<&str> = json[0].as_object().expect("object").keys().map(String::as_str).collect();
+    let keys: Vec<&str> = json[0]
+        .as_object()
+        .expect("object")
+        .keys()
+        .map(String::as_str)
+        .collect();
     for k in [
-        "name", "node_class", "params", "parents", "kind", "has_children", "nb_tasks",
-        "device_type", "is_finite", "image", "partition_by", "join_policy", "component_ref",
-        "descriptor", "command", "protocol_version", "gpu_count", "gpu_resource_name",
-        "blob_readers", "gpu_memory_gib", "delivery",
+        "name",
+        "node_class",
+        "params",
+        "parents",
+        "kind",
+        "has_children",
+        "nb_tasks",
+        "device_type",
+        "is_finite",
+        "image",
+        "partition_by",
+        "join_policy",
+        "component_ref",
+        "descriptor",
+        "command",
+        "protocol_version",
+        "gpu_count",
+        "gpu_resource_name",
+        "blob_readers",
+        "gpu_memory_gib",
+        "delivery",
     ] {
         assert!(keys.contains(&k), "missing {k} in {keys:?}");
     }
@@ -310,7 +403,10 @@ fn run_id_follows_topology_not_replicas() {
     let id = default_run_id(&base.spec);
     assert_eq!(id.len(), 10);
     // Replicas and images roll in place: same run.
-    assert_eq!(default_run_id(&doc(&DIAMOND.replace("replicas: 3", "replicas: 5")).spec), id);
+    assert_eq!(
+        default_run_id(&doc(&DIAMOND.replace("replicas: 3", "replicas: 5")).spec),
+        id
+    );
     // A new edge is a new topology: new run.
     let changed = DIAMOND.replace("parents: [double, square]", "parents: [square, double]");
     assert_ne!(default_run_id(&doc(&changed).spec), id);

@@ -54,10 +54,7 @@ impl JoinPolicy {
     pub fn default_for(flow_type: FlowType) -> Self {
         let (timeout_seconds, missing) = match flow_type {
             FlowType::Batch => (None, MissingPolicy::Wait),
-            FlowType::Realtime => (
-                Some(DEFAULT_REALTIME_TIMEOUT_SECONDS),
-                MissingPolicy::Drop,
-            ),
+            FlowType::Realtime => (Some(DEFAULT_REALTIME_TIMEOUT_SECONDS), MissingPolicy::Drop),
         };
         JoinPolicy {
             timeout_seconds,
@@ -93,7 +90,10 @@ impl JoinPolicy {
     /// delivery credit a join needs per parent so an adversarial ordering cannot fill it.
     pub fn working_set(&self, parents: usize) -> i64 {
         let halves = i64::try_from(parents.saturating_sub(1).max(1)).unwrap_or(i64::MAX);
-        self.max_pending.max(1).saturating_mul(halves).saturating_add(1)
+        self.max_pending
+            .max(1)
+            .saturating_mul(halves)
+            .saturating_add(1)
     }
 
     /// The rule checks of JOIN-1 (field rules, in the reference's order) and JOIN-10 (rules
@@ -308,7 +308,10 @@ mod tests {
             .map(|p| p.message)
             .collect();
         assert!(msgs.contains(&"quorum must be >= 1, got 0".to_string()));
-        assert!(msgs.iter().any(|m| m.starts_with("quorum requires timeout_seconds")));
+        assert!(
+            msgs.iter()
+                .any(|m| m.starts_with("quorum requires timeout_seconds"))
+        );
     }
 
     #[test]
@@ -346,7 +349,9 @@ mod tests {
             all_collected
                 .problems("n", &parents(&["a"]))
                 .iter()
-                .any(|p| p.message.contains("at least one parent must be synchronized"))
+                .any(|p| p
+                    .message
+                    .contains("at least one parent must be synchronized"))
         );
     }
 
