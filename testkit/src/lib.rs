@@ -1,0 +1,51 @@
+//! # videoflow-testkit
+//!
+//! Real brokers for tests, never mocks: [`NatsServer`] and [`RedisServer`] start the real
+//! binaries on free loopback ports in private temporary directories and stop them on drop,
+//! so tests run in parallel without sharing state.
+//!
+//! Binaries are found through `VF_NATS_SERVER_BIN` / `VF_REDIS_SERVER_BIN`, else on `PATH`
+//! (`scripts/install-deps` installs them; `scripts/env.sh` puts them on `PATH`). A missing
+//! binary is an error naming the remedy, never a silently skipped test.
+
+mod nats;
+mod port;
+mod process;
+mod redis;
+
+pub use nats::NatsServer;
+pub use redis::RedisServer;
+
+/// Why a test broker could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum TestkitError {
+    /// The server binary is not installed.
+    #[error("{binary} not found (looked at ${env_var} and PATH): run scripts/install-deps")]
+    MissingBinary {
+        /// Binary name.
+        binary: &'static str,
+        /// Variable that can point at it.
+        env_var: &'static str,
+    },
+    /// The process could not be spawned or its directory created.
+    #[error("starting {what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The process did not accept connections in time; its log tail is included.
+    #[error("{binary} did not become ready on port {port} within {secs}s; log tail:\n{log}")]
+    NotReady {
+        /// Binary name.
+        binary: &'static str,
+        /// Port it was given.
+        port: u16,
+        /// Seconds waited.
+        secs: u64,
+        /// Last lines of its output.
+        log: String,
+    },
+}

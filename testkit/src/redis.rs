@@ -1,0 +1,74 @@
+//! A real `redis-server`.
+
+use std::process::Command;
+
+use crate::TestkitError;
+use crate::port::free_port;
+use crate::process::{START_ATTEMPTS, ServerProcess, find_binary, request_line, temp_dir};
+
+/// A `redis-server` on a free loopback port, no persistence unless asked, its own directory.
+/// Stopped and removed on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    process: ServerProcess,
+    port: u16,
+}
+
+impl RedisServer {
+    /// Starts a server with default settings (no AOF, no RDB snapshots).
+    pub fn start() -> Result<Self, TestkitError> {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `--name value` arguments, e.g. `["--appendonly", "yes"]`.
+    pub fn start_with(extra: &[&str]) -> Result<Self, TestkitError> {
+        let bin = find_binary("redis-server", "VF_REDIS_SERVER_BIN")?;
+        let mut last = None;
+        for _ in 0..START_ATTEMPTS {
+            let dir = temp_dir("vf-redis")?;
+            let port = free_port().map_err(|source| TestkitError::Io {
+                what: "redis-server: picking a port".into(),
+                source,
+            })?;
+            let mut cmd = Command::new(&bin);
+            cmd.args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--daemonize",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .args(extra);
+            match ServerProcess::spawn("redis-server", cmd, dir, port, |s| {
+                request_line(s, b"PING\r\n").is_some_and(|l| l.starts_with("+PONG"))
+            }) {
+                Ok(process) => return Ok(RedisServer { process, port }),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or(TestkitError::MissingBinary {
+            binary: "redis-server",
+            env_var: "VF_REDIS_SERVER_BIN",
+        }))
+    }
+
+    /// `redis://127.0.0.1:<port>/0`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Last lines of the server log.
+    pub fn log_tail(&self, n: usize) -> String {
+        self.process.log_tail(n)
+    }
+}
