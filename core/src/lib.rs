@@ -16,6 +16,7 @@
 //! - [`msgid`] — `Nats-Msg-Id` derivation (MSGID-*).
 //! - [`partition`] — partition keys, Python `str()` parity and owners (PART-*).
 //! - [`join`] — join policies (JOIN-1/2/4/10) and time-group identity (JOIN-20/23).
+//! - [`scaling`] — pure scaling decisions (SCALE-*): demand, rate demand, capacity, eligibility.
 //! - [`errors`] — the error taxonomy (ERR-*): codes, exit codes, dispositions, rendering.
 
 pub mod compile;
@@ -27,5 +28,6 @@ pub mod model;
 pub mod msgid;
 pub mod naming;
 pub mod partition;
+pub mod scaling;
 pub mod validate;
 pub mod value;
