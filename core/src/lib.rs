@@ -10,6 +10,7 @@
 //! - [`load`] — parsing a Flow file's text, type errors and unknown fields as diagnostics.
 //! - [`validate`] — graph and policy validation; every problem at once as a [`validate::Diagnostic`].
 //! - [`compile`] — `Flow` → compiled node records ([`compile::NodeSpec`], `specs.json`).
+//! - [`env`] — the `VF_*` environment both control planes render for a node (one function).
 //! - [`naming`] — broker names (NAME-*) and Kubernetes object names.
 //! - [`value`] — the native value model carried by envelopes (`Value`, `Tensor`).
 //! - [`envelope`] — the protobuf envelope v4 (WIRE-*): schema, encode, decode.
@@ -20,6 +21,7 @@
 //! - [`errors`] — the error taxonomy (ERR-*): codes, exit codes, dispositions, rendering.
 
 pub mod compile;
+pub mod env;
 pub mod envelope;
 pub mod errors;
 pub mod join;
