@@ -16,7 +16,11 @@ use videoflow_core::validate::{Diagnostic, has_errors, validate_flow};
 
 /// Runs videoflow nodes; also checks and compiles Flow files.
 #[derive(Parser)]
-#[command(name = "videoflow-worker", version, about, long_about = None)]
+#[command(
+    name = "videoflow-worker",
+    version,
+    about = "videoflow worker: checks and compiles Flow files (node runtime, provision and local run are coming)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
