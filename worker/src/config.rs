@@ -1,0 +1,1171 @@
+//! The worker's `VF_*` environment contract (protocol §1, ENV-1…ENV-19), parsed into one typed
+//! [`WorkerConfig`].
+//!
+//! Why one pure parser over an injected map: every startup failure must be a ConfigError that
+//! names the variable and its value (ENV-1) before anything connects, and tests must be able
+//! to drive every branch without touching the process environment. Parsing mirrors what
+//! 1.0.4's `run_from_env` accepts (Python `int()` / `float()` / `json.loads`), but where 1.0.4
+//! fails untyped this module reports a typed [`VfError`] with code `VF_CONFIG` (exit 2,
+//! §21.1 item 3). Variables the table gives an exact ConfigError text for use exactly it.
+//!
+//! Not resolved here: ENV-5 step 3 (claiming a replica slot needs the run ledger, see
+//! [`WorkerConfig::needs_slot_claim`]), the runtime-store and blob-store URL schemes (checked
+//! by the store factories, STORE-2/BLOB-4), the GPU grant JSON (kept raw for §18.2) and the
+//! ledger-only `VF_RECONCILE_INTERVAL_SECONDS`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde_json::{Map, Value as Json};
+use videoflow_core::errors::{ErrorCode, VfError};
+use videoflow_core::join::policy::{DEFAULT_MAX_PENDING, JoinPolicy, PREFETCH};
+use videoflow_core::model::{
+    AssetDecl, DeliveryMode, FlowType, GpuFallback, JoinMode, MissingPolicy, NodeKind, OnError,
+};
+use videoflow_core::partition::py_repr_str;
+
+/// The envelope version this build emits (WIRE-1/WIRE-2).
+pub const SUPPORTED_ENVELOPE_VERSION: i64 = 4;
+/// Default path of the termination record (§15.4) when `VF_TERMINATION_LOG` is unset or empty.
+pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
+/// Default run ledger (ENV-10): a process-local store.
+pub const DEFAULT_RUNTIME_STORE_URL: &str = "memory://";
+/// Blob TTL when `VF_BLOB_TTL_SECONDS` is unset and the flow type is `realtime` (BLOB-7).
+pub const DEFAULT_BLOB_TTL_REALTIME_SECONDS: i64 = 3600;
+/// Blob TTL when `VF_BLOB_TTL_SECONDS` is unset and the flow type is anything else (BLOB-7).
+pub const DEFAULT_BLOB_TTL_BATCH_SECONDS: i64 = 86400;
+
+/// The required variables, in the order 1.0.4 reads them (ENV-1); checked before anything else.
+pub const REQUIRED_VARIABLES: [&str; 5] = [
+    "VF_NODE_NAME",
+    "VF_NODE_KIND",
+    "VF_NATS_URL",
+    "VF_FLOW_ID",
+    "VF_RUN_ID",
+];
+
+/// Where the replica id came from (ENV-5), so logs and the slot claim can tell a declared
+/// identity from a missing one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicaSource {
+    /// Step 1: `VF_REPLICA_ID` parsed as Python `int()`.
+    ReplicaIdVar,
+    /// Step 2: the trailing ordinal of `POD_NAME`.
+    PodName,
+    /// Step 2: the trailing ordinal of `HOSTNAME`.
+    Hostname,
+    /// Neither step gave an id: step 3 (ledger slot claim) may apply, else step 4 (0).
+    NotDeclared,
+}
+
+/// The replica id the environment declares (ENV-5 steps 1 and 2).
+///
+/// Step 3 needs the run ledger, so it is not resolved here: `declared` stays `None` and the
+/// caller either claims a slot ([`WorkerConfig::needs_slot_claim`]) or takes step 4
+/// ([`ReplicaId::or_default`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaId {
+    /// The declared id; negative values are kept as 1.0.4 keeps them (control planes never
+    /// emit one).
+    pub declared: Option<i64>,
+    /// Which step produced it.
+    pub source: ReplicaSource,
+}
+
+impl ReplicaId {
+    /// ENV-5 step 4: the declared id, else 0 — what a worker without a shared ledger uses.
+    pub fn or_default(&self) -> i64 {
+        self.declared.unwrap_or(0)
+    }
+}
+
+/// One explicit channel-profile request (ENV-13, §17), checked against the streams at bind.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProfileRequest {
+    /// The node (channel) whose stream the profile applies to.
+    pub channel: String,
+    /// The profile name, e.g. `live_latest`.
+    pub profile: String,
+    /// Profile options (`horizon_seconds`, `key`, …); empty when absent or null.
+    pub options: Map<String, Json>,
+}
+
+/// `VF_DEVICE_TYPE` (design §5): where the node's work runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceType {
+    /// No accelerator (the default when unset or empty).
+    #[default]
+    Cpu,
+    /// A GPU node: the grant is checked before `open()` (§18.2).
+    Gpu,
+}
+
+/// The GPU and asset variables (design §5, ENV-14, §18), read only by device checks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceConfig {
+    /// `VF_DEVICE_TYPE`.
+    pub device_type: DeviceType,
+    /// `VF_GPU_COUNT`: requested devices (default 1; informational to 1.0.4).
+    pub gpu_count: i64,
+    /// `VF_GPU_RESOURCE_NAME`: the extended resource name; `None` when unset or empty.
+    pub gpu_resource_name: Option<String>,
+    /// `VF_GPU_FALLBACK`; `None` when unset so the §18.2 check applies its own default.
+    pub gpu_fallback: Option<GpuFallback>,
+    /// `VF_GPU_REQUIRES_PEER_ACCESS` is `1`.
+    pub requires_peer_access: bool,
+    /// `VF_GPU_GRANT_JSON`, raw: the grant is parsed by the GPU check (GPU-1), whose failure
+    /// text is its own.
+    pub gpu_grant_json: Option<String>,
+    /// `VF_ASSETS_JSON`: declared assets to verify before `open()` (ASSET-1).
+    pub assets: Vec<AssetDecl>,
+}
+
+/// The delivery credit of every data durable of this node (STREAM-15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Credit {
+    /// Inputs one replica holds in processing: 1, or the join working set for P > 1 parents.
+    pub item_credit: i64,
+    /// Local queue depth per parent (4).
+    pub prefetch: i64,
+    /// The durable's `max_ack_pending`.
+    pub max_ack_pending: i64,
+}
+
+/// Everything a node worker reads from its environment, typed (§1.1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerConfig {
+    /// `VF_NODE_NAME`: the sole source of routing names (ENV-2).
+    pub node_name: String,
+    /// `VF_NODE_KIND`.
+    pub kind: NodeKind,
+    /// `VF_PARENT_NAMES`: positional input order (ENV-3); empty pieces dropped, not trimmed.
+    pub parent_names: Vec<String>,
+    /// `VF_HAS_CHILDREN` is exactly `1` (default).
+    pub has_children: bool,
+    /// `VF_FLOW_ID`, raw (sanitized only inside broker names).
+    pub flow_id: String,
+    /// `VF_RUN_ID`, raw.
+    pub run_id: String,
+    /// `VF_FLOW_TYPE` as given (default `realtime`); never validated (T3). Use
+    /// [`WorkerConfig::is_realtime`] and [`WorkerConfig::is_batch_preset`].
+    pub flow_type: String,
+    /// `VF_NATS_URL`.
+    pub nats_url: String,
+    /// ENV-5 steps 1 and 2.
+    pub replica: ReplicaId,
+    /// `VF_NB_TASKS` (default 1); not range-checked.
+    pub nb_tasks: i64,
+    /// `VF_PARTITION_BY`; `None` when unset or empty.
+    pub partition_by: Option<String>,
+    /// The resolved join policy: `VF_JOIN_POLICY_JSON`, else the JOIN-2 flow-type default.
+    pub join_policy: JoinPolicy,
+    /// Whether `join_policy` came from `VF_JOIN_POLICY_JSON` (not the default).
+    pub join_policy_explicit: bool,
+    /// `VF_ACK_WAIT_SECONDS` (default 60) for durables this worker creates.
+    pub ack_wait_seconds: i64,
+    /// `VF_MAX_RETRIES` (default 3); used only by an at-least-once node.
+    pub max_retries: i64,
+    /// `VF_EOS_QUIESCENCE_MS` (default 500), clamped to ≥ 0 (EOS-3).
+    pub eos_quiescence_ms: i64,
+    /// `VF_HEALTH_PORT` (default 0 = no server).
+    pub health_port: i64,
+    /// `VF_ENVELOPE_VERSION`: always 4 once parsed (WIRE-2).
+    pub envelope_version: i64,
+    /// The delivery mode (DELIV-10): `VF_DELIVERY`, else the flow-type preset.
+    pub delivery: DeliveryMode,
+    /// `VF_DELIVERY` as given when non-empty (unvalidated, DELIV-10).
+    pub delivery_raw: Option<String>,
+    /// `VF_ON_ERROR` (default `transient`, ERR-2).
+    pub on_error: OnError,
+    /// Whether `VF_ON_ERROR` was set (1.0.4 passes an override only then).
+    pub on_error_explicit: bool,
+    /// `VF_BREAKER_THRESHOLD` (default 10; 0 disables, ERR-5a).
+    pub breaker_threshold: i64,
+    /// `VF_PROGRESS_TIMEOUT_SECONDS` (default 300; ≤ 0 disables, ERR-7).
+    pub progress_timeout_seconds: f64,
+    /// `VF_WATCHDOG_INTERVAL_SECONDS` (default 5; 0 = no watchdog thread, ENV-15).
+    pub watchdog_interval_seconds: f64,
+    /// `VF_TERMINATION_LOG` (default `/dev/termination-log`; empty = default).
+    pub termination_log: PathBuf,
+    /// `VF_PROFILE_REQUESTS_JSON` (ENV-13); empty when unset.
+    pub profile_requests: Vec<ProfileRequest>,
+    /// `VF_ADMISSION_TIMEOUT_SECONDS` (default 60), parsed only when requests are named.
+    pub admission_timeout_seconds: f64,
+    /// `VF_RUNTIME_STORE_URL` (default `memory://`; empty = default). Scheme checked by the
+    /// store factory (STORE-2).
+    pub runtime_store_url: String,
+    /// `VF_PARENT_REPLICAS` aligned with `parent_names` (ENV-11); `None` when unset or empty
+    /// (the EOS-7 barrier is then not evaluated).
+    pub parent_replicas: Option<Vec<u64>>,
+    /// `VF_REPLICA_SLOTS` (default and empty = `VF_NB_TASKS`, ENV-19).
+    pub replica_slots: i64,
+    /// `VF_PARTITION_LEASE_SECONDS` (default 10, §11.2).
+    pub partition_lease_seconds: f64,
+    /// `VF_BLOB_REDIS_URL`; `None` when unset or empty (scheme checked by the store, BLOB-4).
+    pub blob_url: Option<String>,
+    /// `VF_BLOB_READERS`; `None` (TTL-only) when unset, empty or ≤ 0 (BLOB-5).
+    pub blob_readers: Option<i64>,
+    /// `VF_BLOB_READER_IDS` (ENV-12): empty pieces dropped.
+    pub blob_reader_ids: Vec<String>,
+    /// `VF_BLOB_TTL_SECONDS`, else 3600 (realtime) / 86400 (any other flow type) (BLOB-7).
+    pub blob_ttl_seconds: i64,
+    /// `VF_STORE_ADMISSION` (default 1): parsed only for an obligation store
+    /// (`redis`/`rediss` blob URL), as 1.0.4 checks it when building that store.
+    pub store_admission: f64,
+    /// `VF_STORE_BACKPRESSURE_SECONDS`; `None` = the messenger's default (600). Always parsed.
+    pub store_backpressure_seconds: Option<f64>,
+    /// The GPU and asset variables.
+    pub device: DeviceConfig,
+    /// `VF_PREFETCH_BYTES`; `None` when unset or empty.
+    pub prefetch_bytes: Option<i64>,
+    /// `VF_STRUCTURED_LOGS` is `1`/`true`/`yes` (case-insensitive).
+    pub structured_logs: bool,
+    /// `VF_NODE_PARAMS_JSON` (default `{}`): node constructor parameters.
+    pub node_params: Map<String, Json>,
+    /// `VF_NODE_CLASS`; kept for diagnostics, a Rust worker does not require it.
+    pub node_class: Option<String>,
+}
+
+impl WorkerConfig {
+    /// Reads the real process environment. Only the binary calls this; tests use
+    /// [`WorkerConfig::from_env`] with an explicit map. Non-UTF-8 values are skipped (and so
+    /// read as unset).
+    pub fn from_process_env() -> Result<WorkerConfig, VfError> {
+        let vars: BTreeMap<String, String> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
+        WorkerConfig::from_env(&vars)
+    }
+
+    /// Parses the contract from `vars` (ENV-1…ENV-19). Missing required variables fail
+    /// first, in 1.0.4's reading order; other failures follow 1.0.4's order; unknown `VF_*`
+    /// variables are ignored (ENV-4).
+    pub fn from_env(vars: &BTreeMap<String, String>) -> Result<WorkerConfig, VfError> {
+        let env = Env(vars);
+        for var in REQUIRED_VARIABLES {
+            env.required(var)?;
+        }
+        let node_name = env.required("VF_NODE_NAME")?.to_owned();
+        let kind_raw = env.required("VF_NODE_KIND")?.to_owned();
+        let nats_url = env.required("VF_NATS_URL")?.to_owned();
+        let flow_id = env.required("VF_FLOW_ID")?.to_owned();
+        let run_id = env.required("VF_RUN_ID")?.to_owned();
+        let parent_names = split_list(env.get("VF_PARENT_NAMES").unwrap_or(""));
+        let has_children = env.get("VF_HAS_CHILDREN").unwrap_or("1") == "1";
+        let flow_type = env.get("VF_FLOW_TYPE").unwrap_or("realtime").to_owned();
+        let replica = resolve_replica_id(vars);
+
+        let ack_wait_seconds = env.int_or("VF_ACK_WAIT_SECONDS", 60)?;
+        let max_retries = env.int_or("VF_MAX_RETRIES", 3)?;
+        let eos_quiescence_ms = env.int_or("VF_EOS_QUIESCENCE_MS", 500)?.max(0);
+        let nb_tasks = env.int_or("VF_NB_TASKS", 1)?;
+        let partition_by = env.non_empty("VF_PARTITION_BY").map(str::to_owned);
+        let preset = if flow_type == "batch" {
+            FlowType::Batch
+        } else {
+            FlowType::Realtime
+        };
+        let (join_policy, join_policy_explicit) = parse_join_policy(
+            env.get("VF_JOIN_POLICY_JSON"),
+            preset,
+            &node_name,
+            &parent_names,
+        )?;
+        let parent_replicas = parse_parent_replicas(&parent_names, env.get("VF_PARENT_REPLICAS"))?;
+
+        let delivery_raw = env.non_empty("VF_DELIVERY").map(str::to_owned);
+        let delivery = match delivery_raw.as_deref() {
+            Some("at-least-once") => DeliveryMode::AtLeastOnce,
+            Some(_) => DeliveryMode::BestEffort,
+            None if preset == FlowType::Batch => DeliveryMode::AtLeastOnce,
+            None => DeliveryMode::BestEffort,
+        };
+        let (on_error, on_error_explicit) = match env.non_empty("VF_ON_ERROR") {
+            None => (OnError::Transient, false),
+            Some(v) => (parse_on_error(v)?, true),
+        };
+        let breaker_threshold = env.int_or("VF_BREAKER_THRESHOLD", 10)?;
+        let progress_timeout_seconds = env.float_or("VF_PROGRESS_TIMEOUT_SECONDS", 300.0)?;
+        let watchdog_interval_seconds =
+            parse_watchdog_interval(env.get("VF_WATCHDOG_INTERVAL_SECONDS"))?;
+        let envelope_version = parse_envelope_version(env.get("VF_ENVELOPE_VERSION"))?;
+
+        let profile_requests = parse_profile_requests(env.get("VF_PROFILE_REQUESTS_JSON"))?;
+        let admission_timeout_seconds = if profile_requests.is_empty() {
+            60.0
+        } else {
+            parse_admission_timeout(env.get("VF_ADMISSION_TIMEOUT_SECONDS"))?
+        };
+
+        let blob_url = env.non_empty("VF_BLOB_REDIS_URL").map(str::to_owned);
+        let store_admission = match &blob_url {
+            Some(url) if is_obligation_store(url) => {
+                parse_store_admission(env.get("VF_STORE_ADMISSION"))?
+            }
+            _ => 1.0,
+        };
+        let blob_reader_ids = split_list(env.get("VF_BLOB_READER_IDS").unwrap_or(""));
+        let blob_readers = env.optional_int("VF_BLOB_READERS")?.filter(|n| *n > 0);
+        let blob_ttl_seconds = match env.optional_int("VF_BLOB_TTL_SECONDS")? {
+            Some(ttl) => ttl,
+            None if flow_type == "realtime" => DEFAULT_BLOB_TTL_REALTIME_SECONDS,
+            None => DEFAULT_BLOB_TTL_BATCH_SECONDS,
+        };
+
+        let node_class = env.non_empty("VF_NODE_CLASS").map(str::to_owned);
+        let node_params = parse_node_params(env.get("VF_NODE_PARAMS_JSON"))?;
+        let runtime_store_url = env
+            .non_empty("VF_RUNTIME_STORE_URL")
+            .unwrap_or(DEFAULT_RUNTIME_STORE_URL)
+            .to_owned();
+        let partition_lease_seconds = parse_partition_lease(env.get("VF_PARTITION_LEASE_SECONDS"))?;
+        let replica_slots = env.optional_int("VF_REPLICA_SLOTS")?.unwrap_or(nb_tasks);
+        let health_port = env.int_or("VF_HEALTH_PORT", 0)?;
+        let prefetch_bytes = env.optional_int("VF_PREFETCH_BYTES")?;
+        let store_backpressure_seconds =
+            parse_store_backpressure(env.get("VF_STORE_BACKPRESSURE_SECONDS"))?;
+        let device = parse_device(&env)?;
+        let structured_logs = env
+            .get("VF_STRUCTURED_LOGS")
+            .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes"));
+        let termination_log = PathBuf::from(
+            env.non_empty("VF_TERMINATION_LOG")
+                .unwrap_or(DEFAULT_TERMINATION_LOG),
+        );
+        // 1.0.4 checks the kind last, just before the task loop.
+        let kind = parse_kind(&kind_raw)?;
+
+        Ok(WorkerConfig {
+            node_name,
+            kind,
+            parent_names,
+            has_children,
+            flow_id,
+            run_id,
+            flow_type,
+            nats_url,
+            replica,
+            nb_tasks,
+            partition_by,
+            join_policy,
+            join_policy_explicit,
+            ack_wait_seconds,
+            max_retries,
+            eos_quiescence_ms,
+            health_port,
+            envelope_version,
+            delivery,
+            delivery_raw,
+            on_error,
+            on_error_explicit,
+            breaker_threshold,
+            progress_timeout_seconds,
+            watchdog_interval_seconds,
+            termination_log,
+            profile_requests,
+            admission_timeout_seconds,
+            runtime_store_url,
+            parent_replicas,
+            replica_slots,
+            partition_lease_seconds,
+            blob_url,
+            blob_readers,
+            blob_reader_ids,
+            blob_ttl_seconds,
+            store_admission,
+            store_backpressure_seconds,
+            device,
+            prefetch_bytes,
+            structured_logs,
+            node_params,
+            node_class,
+        })
+    }
+
+    /// REALTIME for stream shape, blob TTL, publish blocking, the channel profile and the
+    /// EOS-7 barrier exclusion: `VF_FLOW_TYPE == "realtime"` exactly (T3).
+    pub fn is_realtime(&self) -> bool {
+        self.flow_type == "realtime"
+    }
+
+    /// BATCH for the delivery and join presets: `VF_FLOW_TYPE == "batch"` exactly (T3). Any
+    /// other value is neither realtime nor a batch preset.
+    pub fn is_batch_preset(&self) -> bool {
+        self.flow_type == "batch"
+    }
+
+    /// The flow type the delivery and join presets use (JOIN-2, DELIV-10).
+    pub fn preset_flow_type(&self) -> FlowType {
+        if self.is_batch_preset() {
+            FlowType::Batch
+        } else {
+            FlowType::Realtime
+        }
+    }
+
+    /// The flow type that shapes streams, blob TTLs and publishes (STREAM-*, BLOB-7).
+    pub fn shape_flow_type(&self) -> FlowType {
+        if self.is_realtime() {
+            FlowType::Realtime
+        } else {
+            FlowType::Batch
+        }
+    }
+
+    /// PART-1: partitioning is active iff `VF_PARTITION_BY` is set and `VF_NB_TASKS > 1`;
+    /// otherwise every replica owns every message and binds the shared durable.
+    pub fn is_partitioned(&self) -> bool {
+        self.partition_by.is_some() && self.nb_tasks > 1
+    }
+
+    /// STREAM-15: `item_credit` (1, or the join working set for P > 1 parents) plus prefetch
+    /// 4, times `nb_tasks` for a shared durable. Provisioning derives the same numbers, so
+    /// the durable created and the durable bound agree.
+    pub fn credit(&self) -> Credit {
+        let item_credit = if self.parent_names.len() < 2 {
+            1
+        } else {
+            self.join_policy.working_set(self.parent_names.len())
+        };
+        let per_replica = item_credit.saturating_add(PREFETCH);
+        let max_ack_pending = if self.is_partitioned() {
+            per_replica
+        } else {
+            self.nb_tasks.saturating_mul(per_replica)
+        };
+        Credit {
+            item_credit,
+            prefetch: PREFETCH,
+            max_ack_pending,
+        }
+    }
+
+    /// STREAM-5: best-effort ⇒ 1; at-least-once ⇒ `VF_MAX_RETRIES + 1`, or −1 when the run
+    /// ledger is durable and shared (`ledger_caps_attempts`), which then counts attempts.
+    pub fn max_deliver(&self, ledger_caps_attempts: bool) -> i64 {
+        match self.delivery {
+            DeliveryMode::BestEffort => 1,
+            DeliveryMode::AtLeastOnce if ledger_caps_attempts => -1,
+            DeliveryMode::AtLeastOnce => self.max_retries.saturating_add(1),
+        }
+    }
+
+    /// The slots a replica may claim through the ledger: `max(VF_NB_TASKS, VF_REPLICA_SLOTS)`.
+    pub fn replica_slot_count(&self) -> i64 {
+        self.nb_tasks.max(self.replica_slots)
+    }
+
+    /// ENV-5 step 3 hook: whether the replica must claim a slot through the run ledger —
+    /// no declared id, more than one slot, not partitioned by key, and a ledger that is
+    /// durable and shared (STORE-6, known only once the store is built).
+    pub fn needs_slot_claim(&self, ledger_durable_and_shared: bool) -> bool {
+        self.replica.declared.is_none()
+            && self.replica_slot_count() > 1
+            && self.partition_by.is_none()
+            && ledger_durable_and_shared
+    }
+
+    /// The replica id when no slot claim applies (ENV-5 steps 1, 2, 4).
+    pub fn replica_id(&self) -> i64 {
+        self.replica.or_default()
+    }
+}
+
+/// Python `int()` of a string: surrounding whitespace, an optional sign, ASCII digits with
+/// single `_` only between digits. `None` when `int()` would refuse it; values beyond i128
+/// also give `None`.
+pub fn py_int(text: &str) -> Option<i128> {
+    let t = text.trim();
+    let (negative, digits) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    if !underscores_between_digits(digits) {
+        return None;
+    }
+    let clean: String = digits.chars().filter(|c| *c != '_').collect();
+    if clean.is_empty() || !clean.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let magnitude: i128 = clean.parse().ok()?;
+    Some(if negative { -magnitude } else { magnitude })
+}
+
+/// Python `float()` of a string: surrounding whitespace, sign, decimal or exponent forms,
+/// `inf`/`infinity`/`nan` in any case, and single `_` between digits.
+pub fn py_float(text: &str) -> Option<f64> {
+    let t = text.trim();
+    if t.is_empty() || !underscores_between_digits(t) {
+        return None;
+    }
+    let clean: String = t.chars().filter(|c| *c != '_').collect();
+    let body = clean.trim_start_matches(['+', '-']);
+    // Rust also accepts forms Python refuses only in the sign: a doubled sign.
+    if clean.len() - body.len() > 1 {
+        return None;
+    }
+    clean.parse().ok()
+}
+
+/// Whether every `_` in `s` sits between two ASCII digits (Python's numeric literal rule).
+fn underscores_between_digits(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.iter().enumerate().all(|(i, c)| {
+        *c != b'_'
+            || (i > 0 && b[i - 1].is_ascii_digit() && b.get(i + 1).is_some_and(u8::is_ascii_digit))
+    })
+}
+
+/// Splits a comma list, dropping empty pieces without trimming (ENV-3, ENV-12).
+fn split_list(raw: &str) -> Vec<String> {
+    raw.split(',')
+        .filter(|p| !p.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// ENV-5 steps 1 and 2.
+fn resolve_replica_id(vars: &BTreeMap<String, String>) -> ReplicaId {
+    if let Some(v) = vars.get("VF_REPLICA_ID").filter(|v| !v.is_empty())
+        && let Some(id) = py_int(v).and_then(|n| i64::try_from(n).ok())
+    {
+        return ReplicaId {
+            declared: Some(id),
+            source: ReplicaSource::ReplicaIdVar,
+        };
+    }
+    for (var, source) in [
+        ("POD_NAME", ReplicaSource::PodName),
+        ("HOSTNAME", ReplicaSource::Hostname),
+    ] {
+        let Some((_, tail)) = vars.get(var).and_then(|v| v.rsplit_once('-')) else {
+            continue;
+        };
+        if !tail.is_empty()
+            && tail.bytes().all(|b| b.is_ascii_digit())
+            && let Ok(id) = tail.parse::<i64>()
+        {
+            return ReplicaId {
+                declared: Some(id),
+                source,
+            };
+        }
+    }
+    ReplicaId {
+        declared: None,
+        source: ReplicaSource::NotDeclared,
+    }
+}
+
+/// A `VF_CONFIG` error carrying the variable (and value) as context.
+fn config_error(var: &str, value: Option<&str>, message: String, remedy: String) -> VfError {
+    let err = VfError::new(ErrorCode::Config, message)
+        .with_remedy(remedy)
+        .with_context("variable", var);
+    match value {
+        Some(v) => err.with_context("value", v),
+        None => err,
+    }
+}
+
+/// `<VAR>='<v>' is not a number.` (ENV-1).
+fn not_a_number(var: &str, value: &str, remedy: &str) -> VfError {
+    config_error(
+        var,
+        Some(value),
+        format!("{var}={} is not a number.", py_repr_str(value)),
+        remedy.to_owned(),
+    )
+}
+
+/// `<VAR> is not valid JSON: …` (ENV-1).
+fn invalid_json(var: &str, value: &str, detail: impl std::fmt::Display, remedy: &str) -> VfError {
+    config_error(
+        var,
+        Some(value),
+        format!("{var} is not valid JSON: {detail}"),
+        remedy.to_owned(),
+    )
+}
+
+/// A read-only view of the variables with the typed accessors 1.0.4's reads map onto.
+struct Env<'a>(&'a BTreeMap<String, String>);
+
+impl Env<'_> {
+    fn get(&self, var: &str) -> Option<&str> {
+        self.0.get(var).map(String::as_str)
+    }
+
+    fn non_empty(&self, var: &str) -> Option<&str> {
+        self.get(var).filter(|v| !v.is_empty())
+    }
+
+    /// `os.environ[VAR]`: absent ⇒ `<VAR> is required.`; an empty value is present.
+    fn required(&self, var: &str) -> Result<&str, VfError> {
+        self.get(var).ok_or_else(|| {
+            config_error(
+                var,
+                None,
+                format!("{var} is required."),
+                format!("Set {var}; the control plane renders it for every node worker."),
+            )
+        })
+    }
+
+    /// `int(os.environ.get(VAR, default))`: an empty value is not a number.
+    fn int_or(&self, var: &str, default: i64) -> Result<i64, VfError> {
+        match self.get(var) {
+            None => Ok(default),
+            Some(v) => parse_i64(var, v),
+        }
+    }
+
+    /// `int(v) if v else None`.
+    fn optional_int(&self, var: &str) -> Result<Option<i64>, VfError> {
+        self.non_empty(var).map(|v| parse_i64(var, v)).transpose()
+    }
+
+    /// `float(os.environ.get(VAR, default))`: an empty value is not a number.
+    fn float_or(&self, var: &str, default: f64) -> Result<f64, VfError> {
+        match self.get(var) {
+            None => Ok(default),
+            Some(v) => py_float(v).ok_or_else(|| {
+                not_a_number(var, v, &format!("Set {var} to a number, or unset it."))
+            }),
+        }
+    }
+}
+
+/// Python `int()` into i64; out of range is reported as such.
+fn parse_i64(var: &str, v: &str) -> Result<i64, VfError> {
+    let n = py_int(v)
+        .ok_or_else(|| not_a_number(var, v, &format!("Set {var} to an integer, or unset it.")))?;
+    i64::try_from(n).map_err(|_| {
+        config_error(
+            var,
+            Some(v),
+            format!("{var}={} is out of range.", py_repr_str(v)),
+            format!("Set {var} to an integer that fits in 64 bits, or unset it."),
+        )
+    })
+}
+
+/// `VF_NODE_KIND`: exact table text for an unknown value.
+fn parse_kind(v: &str) -> Result<NodeKind, VfError> {
+    match v {
+        "producer" => Ok(NodeKind::Producer),
+        "processor" => Ok(NodeKind::Processor),
+        "consumer" => Ok(NodeKind::Consumer),
+        _ => Err(config_error(
+            "VF_NODE_KIND",
+            Some(v),
+            format!("Unknown VF_NODE_KIND: {}.", py_repr_str(v)),
+            "Use one of: producer, processor, consumer.".into(),
+        )),
+    }
+}
+
+/// `VF_ON_ERROR` (ERR-2): exact table text and remedy.
+fn parse_on_error(v: &str) -> Result<OnError, VfError> {
+    match v {
+        "poison" => Ok(OnError::Poison),
+        "transient" => Ok(OnError::Transient),
+        "worker_fatal" => Ok(OnError::WorkerFatal),
+        _ => Err(config_error(
+            "VF_ON_ERROR",
+            Some(v),
+            format!("VF_ON_ERROR={} is not a known disposition.", py_repr_str(v)),
+            "Use one of: poison, transient, worker_fatal.".into(),
+        )),
+    }
+}
+
+/// WIRE-2: a non-integer is not a number; any integer but 4 is refused with the exact text.
+fn parse_envelope_version(raw: Option<&str>) -> Result<i64, VfError> {
+    const VAR: &str = "VF_ENVELOPE_VERSION";
+    let Some(v) = raw else {
+        return Ok(SUPPORTED_ENVELOPE_VERSION);
+    };
+    let n = py_int(v)
+        .ok_or_else(|| not_a_number(VAR, v, "Set VF_ENVELOPE_VERSION to 4, or unset it."))?;
+    if n != i128::from(SUPPORTED_ENVELOPE_VERSION) {
+        return Err(config_error(
+            VAR,
+            Some(v),
+            format!("VF_ENVELOPE_VERSION={n} is not emittable by this build."),
+            "Supported versions: (4,).".into(),
+        ));
+    }
+    Ok(SUPPORTED_ENVELOPE_VERSION)
+}
+
+/// `VF_WATCHDOG_INTERVAL_SECONDS` (ENV-15): exact texts.
+fn parse_watchdog_interval(raw: Option<&str>) -> Result<f64, VfError> {
+    const VAR: &str = "VF_WATCHDOG_INTERVAL_SECONDS";
+    const REMEDY: &str =
+        "Set it to the seconds between progress checks, or 0 to disable the watchdog thread.";
+    let Some(v) = raw.filter(|v| !v.is_empty()) else {
+        return Ok(5.0);
+    };
+    let x = py_float(v).ok_or_else(|| not_a_number(VAR, v, REMEDY))?;
+    if x < 0.0 {
+        return Err(config_error(
+            VAR,
+            Some(v),
+            format!("{VAR}={} is negative.", py_repr_str(v)),
+            REMEDY.into(),
+        ));
+    }
+    Ok(x)
+}
+
+/// `VF_ADMISSION_TIMEOUT_SECONDS`: exact texts.
+fn parse_admission_timeout(raw: Option<&str>) -> Result<f64, VfError> {
+    const VAR: &str = "VF_ADMISSION_TIMEOUT_SECONDS";
+    const REMEDY: &str = "Set it to the seconds a read-back of the broker may take, or unset it.";
+    let Some(v) = raw.filter(|v| !v.is_empty()) else {
+        return Ok(60.0);
+    };
+    let x = py_float(v).ok_or_else(|| not_a_number(VAR, v, REMEDY))?;
+    if x <= 0.0 {
+        return Err(config_error(
+            VAR,
+            Some(v),
+            format!("{VAR}={} is not positive.", py_repr_str(v)),
+            REMEDY.into(),
+        ));
+    }
+    Ok(x)
+}
+
+/// `VF_PARTITION_LEASE_SECONDS` (§11.2): always parsed; exact texts.
+fn parse_partition_lease(raw: Option<&str>) -> Result<f64, VfError> {
+    const VAR: &str = "VF_PARTITION_LEASE_SECONDS";
+    let Some(v) = raw.filter(|v| !v.trim().is_empty()) else {
+        return Ok(10.0);
+    };
+    let x = py_float(v).ok_or_else(|| {
+        config_error(
+            VAR,
+            Some(v),
+            format!("{VAR}={} is not a number of seconds.", py_repr_str(v)),
+            format!("Set {VAR} to a positive number, or unset it."),
+        )
+    })?;
+    if x <= 0.0 {
+        return Err(config_error(
+            VAR,
+            Some(v),
+            format!("{VAR}={} must be positive.", py_repr_str(v)),
+            format!("Set {VAR} to a positive number, or unset it."),
+        ));
+    }
+    Ok(x)
+}
+
+/// `VF_STORE_ADMISSION` (BLOB-16): a share in (0, 1]; exact texts.
+fn parse_store_admission(raw: Option<&str>) -> Result<f64, VfError> {
+    const VAR: &str = "VF_STORE_ADMISSION";
+    const REMEDY: &str = "Set it to the share of the payload store this node may fill, in (0, 1].";
+    let Some(v) = raw.filter(|v| !v.is_empty()) else {
+        return Ok(1.0);
+    };
+    let x = py_float(v).ok_or_else(|| not_a_number(VAR, v, REMEDY))?;
+    if !(x > 0.0 && x <= 1.0) {
+        return Err(config_error(
+            VAR,
+            Some(v),
+            format!("{VAR}={} is not in (0, 1].", py_repr_str(v)),
+            REMEDY.into(),
+        ));
+    }
+    Ok(x)
+}
+
+/// `VF_STORE_BACKPRESSURE_SECONDS` (BLOB-16): seconds ≥ 0, always parsed; exact texts.
+fn parse_store_backpressure(raw: Option<&str>) -> Result<Option<f64>, VfError> {
+    const VAR: &str = "VF_STORE_BACKPRESSURE_SECONDS";
+    const REMEDY: &str = "Set it to the seconds a publisher may wait for a full payload store to drain, or 0 to fail the publication at once.";
+    let Some(v) = raw.filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let x = py_float(v).ok_or_else(|| not_a_number(VAR, v, REMEDY))?;
+    if x < 0.0 {
+        return Err(config_error(
+            VAR,
+            Some(v),
+            format!("{VAR}={} is negative.", py_repr_str(v)),
+            REMEDY.into(),
+        ));
+    }
+    Ok(Some(x))
+}
+
+/// Whether a blob URL selects 1.0.4's obligation store (`redis`/`rediss`, §20).
+fn is_obligation_store(url: &str) -> bool {
+    url.split_once("://").is_some_and(|(scheme, _)| {
+        matches!(scheme.to_ascii_lowercase().as_str(), "redis" | "rediss")
+    })
+}
+
+/// `VF_PARENT_REPLICAS` (ENV-11): count check first, then each trimmed entry; exact texts.
+fn parse_parent_replicas(
+    parents: &[String],
+    raw: Option<&str>,
+) -> Result<Option<Vec<u64>>, VfError> {
+    const VAR: &str = "VF_PARENT_REPLICAS";
+    let Some(raw) = raw.filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let values: Vec<&str> = raw.split(',').map(str::trim).collect();
+    if values.len() != parents.len() {
+        return Err(config_error(
+            VAR,
+            Some(raw),
+            format!(
+                "{VAR} has {} entries for {} parents.",
+                values.len(),
+                parents.len()
+            ),
+            format!(
+                "Emit one entry per name in VF_PARENT_NAMES, in the same order: {}.",
+                parents.join(",")
+            ),
+        ));
+    }
+    parents
+        .iter()
+        .zip(values)
+        .map(|(parent, value)| {
+            let count = (!value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| value.parse::<u64>().ok())
+                .flatten();
+            count.ok_or_else(|| {
+                config_error(
+                    VAR,
+                    Some(raw),
+                    format!(
+                        "{VAR} entry {} for parent {} is not a count.",
+                        py_repr_str(value),
+                        py_repr_str(parent)
+                    ),
+                    "Use a non-negative integer per parent.".into(),
+                )
+            })
+        })
+        .collect::<Result<Vec<u64>, VfError>>()
+        .map(Some)
+}
+
+/// `VF_JOIN_POLICY_JSON` (§8.1): unset, empty, `{}` or `null` ⇒ the JOIN-2 default of the
+/// preset flow type; otherwise the reference's snake_case dict with its constructor defaults,
+/// validated by [`JoinPolicy::problems`] (the first problem is reported).
+fn parse_join_policy(
+    raw: Option<&str>,
+    preset: FlowType,
+    node: &str,
+    parents: &[String],
+) -> Result<(JoinPolicy, bool), VfError> {
+    const VAR: &str = "VF_JOIN_POLICY_JSON";
+    const REMEDY: &str = "Set it to the join policy object the compiler renders (snake_case keys), or unset it for the flow-type default.";
+    let Some(v) = raw.filter(|v| !v.is_empty()) else {
+        return Ok((JoinPolicy::default_for(preset), false));
+    };
+    let json: Json = serde_json::from_str(v).map_err(|e| invalid_json(VAR, v, e, REMEDY))?;
+    let obj = match json {
+        Json::Null => return Ok((JoinPolicy::default_for(preset), false)),
+        Json::Object(o) if o.is_empty() => return Ok((JoinPolicy::default_for(preset), false)),
+        Json::Object(o) => o,
+        _ => {
+            return Err(config_error(
+                VAR,
+                Some(v),
+                format!("{VAR}={} is not a JSON object.", py_repr_str(v)),
+                REMEDY.into(),
+            ));
+        }
+    };
+    let bad = |field: &str, want: &str| {
+        config_error(
+            VAR,
+            Some(v),
+            format!(
+                "{VAR}={} has an invalid {field}: expected {want}.",
+                py_repr_str(v)
+            ),
+            REMEDY.into(),
+        )
+    };
+    let opt_f64 = |field: &str| -> Result<Option<f64>, VfError> {
+        match obj.get(field) {
+            None | Some(Json::Null) => Ok(None),
+            Some(x) => x
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| bad(field, "a number or null")),
+        }
+    };
+    let opt_i64 = |field: &str| -> Result<Option<i64>, VfError> {
+        match obj.get(field) {
+            None | Some(Json::Null) => Ok(None),
+            Some(x) => x
+                .as_i64()
+                .map(Some)
+                .ok_or_else(|| bad(field, "an integer or null")),
+        }
+    };
+    let missing = match obj.get("missing") {
+        None => MissingPolicy::Drop,
+        Some(Json::String(s)) if s == "drop" => MissingPolicy::Drop,
+        Some(Json::String(s)) if s == "wait" => MissingPolicy::Wait,
+        Some(Json::String(s)) if s == "error" => MissingPolicy::Error,
+        Some(_) => return Err(bad("missing", "one of 'drop', 'wait', 'error'")),
+    };
+    let mode = match obj.get("mode") {
+        None => JoinMode::Trace,
+        Some(Json::String(s)) if s == "trace" => JoinMode::Trace,
+        Some(Json::String(s)) if s == "time" => JoinMode::Time,
+        Some(_) => return Err(bad("mode", "one of 'trace', 'time'")),
+    };
+    let max_pending = match obj.get("max_pending") {
+        None => DEFAULT_MAX_PENDING,
+        Some(x) => x.as_i64().ok_or_else(|| bad("max_pending", "an integer"))?,
+    };
+    let mut collect = BTreeMap::new();
+    match obj.get("collect") {
+        None | Some(Json::Null) => {}
+        Some(Json::Object(m)) => {
+            for (parent, window) in m {
+                let w = window
+                    .as_f64()
+                    .ok_or_else(|| bad("collect", "an object of numbers"))?;
+                collect.insert(parent.clone(), w);
+            }
+        }
+        Some(_) => return Err(bad("collect", "an object of numbers")),
+    }
+    let timeout_seconds = opt_f64("timeout_seconds")?;
+    let policy = JoinPolicy {
+        // The reference constructor: `wait` clears the timeout.
+        timeout_seconds: if missing == MissingPolicy::Wait {
+            None
+        } else {
+            timeout_seconds
+        },
+        missing,
+        max_pending,
+        mode,
+        tolerance_ms: opt_f64("tolerance_ms")?,
+        quorum: opt_i64("quorum")?,
+        collect,
+    };
+    if let Some(p) = policy.problems(node, parents).into_iter().next() {
+        return Err(config_error(
+            VAR,
+            Some(v),
+            format!("{VAR} is not a valid join policy: {}", p.message),
+            p.remedy,
+        )
+        .with_context("field", p.field));
+    }
+    Ok((policy, true))
+}
+
+/// `VF_PROFILE_REQUESTS_JSON` (ENV-13): a list of `{channel, profile, options}`; empty when
+/// unset or empty.
+fn parse_profile_requests(raw: Option<&str>) -> Result<Vec<ProfileRequest>, VfError> {
+    const VAR: &str = "VF_PROFILE_REQUESTS_JSON";
+    const REMEDY: &str =
+        "Set it to a JSON list of {\"channel\", \"profile\", \"options\"} objects, or unset it.";
+    let Some(v) = raw.filter(|v| !v.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let json: Json = serde_json::from_str(v).map_err(|e| invalid_json(VAR, v, e, REMEDY))?;
+    let Json::Array(items) = json else {
+        return Err(config_error(
+            VAR,
+            Some(v),
+            format!("{VAR}={} is not a JSON list.", py_repr_str(v)),
+            REMEDY.into(),
+        ));
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let entry_error = |what: &str| {
+                config_error(
+                    VAR,
+                    Some(v),
+                    format!("{VAR} entry {i} {what}."),
+                    REMEDY.into(),
+                )
+            };
+            let obj = item
+                .as_object()
+                .ok_or_else(|| entry_error("is not an object"))?;
+            let text = |key: &str| -> Result<String, VfError> {
+                match obj.get(key) {
+                    Some(Json::String(s)) => Ok(s.clone()),
+                    Some(Json::Null) | None => Err(entry_error(&format!("has no '{key}'"))),
+                    Some(other) => Ok(other.to_string()),
+                }
+            };
+            let options = match obj.get("options") {
+                None | Some(Json::Null) => Map::new(),
+                Some(Json::Object(m)) => m.clone(),
+                Some(_) => return Err(entry_error("has 'options' that is not an object")),
+            };
+            Ok(ProfileRequest {
+                channel: text("channel")?,
+                profile: text("profile")?,
+                options,
+            })
+        })
+        .collect()
+}
+
+/// `VF_NODE_PARAMS_JSON` (default `{}`): must be an object (the constructor's keywords).
+fn parse_node_params(raw: Option<&str>) -> Result<Map<String, Json>, VfError> {
+    const VAR: &str = "VF_NODE_PARAMS_JSON";
+    const REMEDY: &str = "Set it to a JSON object of node parameters, or unset it.";
+    let Some(v) = raw else {
+        return Ok(Map::new());
+    };
+    match serde_json::from_str(v).map_err(|e| invalid_json(VAR, v, e, REMEDY))? {
+        Json::Object(m) => Ok(m),
+        _ => Err(config_error(
+            VAR,
+            Some(v),
+            format!("{VAR}={} is not a JSON object.", py_repr_str(v)),
+            REMEDY.into(),
+        )),
+    }
+}
+
+/// The design §5 device variables and `VF_ASSETS_JSON`.
+fn parse_device(env: &Env<'_>) -> Result<DeviceConfig, VfError> {
+    let device_type = match env.non_empty("VF_DEVICE_TYPE") {
+        None | Some("cpu") => DeviceType::Cpu,
+        Some("gpu") => DeviceType::Gpu,
+        Some(v) => {
+            return Err(config_error(
+                "VF_DEVICE_TYPE",
+                Some(v),
+                format!(
+                    "VF_DEVICE_TYPE={} is not a known device type.",
+                    py_repr_str(v)
+                ),
+                "Use one of: cpu, gpu.".into(),
+            ));
+        }
+    };
+    let gpu_count = env.optional_int("VF_GPU_COUNT")?.unwrap_or(1);
+    let gpu_fallback = match env.non_empty("VF_GPU_FALLBACK") {
+        None => None,
+        Some("cpu") => Some(GpuFallback::Cpu),
+        Some("none") => Some(GpuFallback::None),
+        Some(v) => {
+            return Err(config_error(
+                "VF_GPU_FALLBACK",
+                Some(v),
+                format!(
+                    "VF_GPU_FALLBACK={}: gpu_fallback must be one of ('cpu', 'none'), got {}",
+                    py_repr_str(v),
+                    py_repr_str(v)
+                ),
+                "Use one of: cpu, none.".into(),
+            ));
+        }
+    };
+    let requires_peer_access = match env.non_empty("VF_GPU_REQUIRES_PEER_ACCESS") {
+        None | Some("0") => false,
+        Some("1") => true,
+        Some(v) => {
+            return Err(config_error(
+                "VF_GPU_REQUIRES_PEER_ACCESS",
+                Some(v),
+                format!(
+                    "VF_GPU_REQUIRES_PEER_ACCESS={} is not 0 or 1.",
+                    py_repr_str(v)
+                ),
+                "Use 1 to require peer access between the devices, 0 (or unset) otherwise.".into(),
+            ));
+        }
+    };
+    let assets = match env.non_empty("VF_ASSETS_JSON") {
+        None => Vec::new(),
+        Some(v) => {
+            const REMEDY: &str = "Set it to a JSON list of {\"path\", \"sha256\", \"portable\"} objects, or unset it.";
+            let json: Json = serde_json::from_str(v)
+                .map_err(|e| invalid_json("VF_ASSETS_JSON", v, e, REMEDY))?;
+            serde_json::from_value::<Vec<AssetDecl>>(json).map_err(|e| {
+                config_error(
+                    "VF_ASSETS_JSON",
+                    Some(v),
+                    format!(
+                        "VF_ASSETS_JSON={} is not a list of assets: {e}",
+                        py_repr_str(v)
+                    ),
+                    REMEDY.into(),
+                )
+            })?
+        }
+    };
+    Ok(DeviceConfig {
+        device_type,
+        gpu_count,
+        gpu_resource_name: env.non_empty("VF_GPU_RESOURCE_NAME").map(str::to_owned),
+        gpu_fallback,
+        requires_peer_access,
+        gpu_grant_json: env.non_empty("VF_GPU_GRANT_JSON").map(str::to_owned),
+        assets,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_5_py_int_accepts_what_python_accepts() {
+        assert_eq!(py_int(" 3 "), Some(3));
+        assert_eq!(py_int("+2"), Some(2));
+        assert_eq!(py_int("-2"), Some(-2));
+        assert_eq!(py_int("1_0"), Some(10));
+        assert_eq!(py_int("\t7\n"), Some(7));
+        for bad in [
+            "", " ", "abc", "1__0", "_1", "1_", "+", "1.0", "--1", "+-1", "0x10",
+        ] {
+            assert_eq!(py_int(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn env_1_py_float_accepts_what_python_accepts() {
+        assert_eq!(py_float(" 1.5 "), Some(1.5));
+        assert_eq!(py_float("1_000.5"), Some(1000.5));
+        assert_eq!(py_float("-2e3"), Some(-2000.0));
+        assert_eq!(py_float(".5"), Some(0.5));
+        assert_eq!(py_float("Infinity"), Some(f64::INFINITY));
+        assert!(py_float("nan").is_some_and(f64::is_nan));
+        for bad in ["", "abc", "1__0", "_1", "1_.5", "--1", "1e", "."] {
+            assert_eq!(py_float(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn env_3_split_list_keeps_spaces() {
+        assert_eq!(split_list("a,,b, c,"), vec!["a", "b", " c"]);
+        assert!(split_list("").is_empty());
+    }
+
+    #[test]
+    fn blob_16_obligation_store_scheme() {
+        assert!(is_obligation_store("redis://h:6379/0"));
+        assert!(is_obligation_store("REDISS://h"));
+        assert!(!is_obligation_store("unix:///tmp/s"));
+        assert!(!is_obligation_store("localhost"));
+    }
+}
