@@ -18,10 +18,8 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value as Json};
 use videoflow_core::errors::{ErrorCode, VfError};
-use videoflow_core::join::policy::{DEFAULT_MAX_PENDING, JoinPolicy, PREFETCH};
-use videoflow_core::model::{
-    AssetDecl, DeliveryMode, FlowType, GpuFallback, JoinMode, MissingPolicy, NodeKind, OnError,
-};
+use videoflow_core::join::policy::{JoinPolicy, PREFETCH};
+use videoflow_core::model::{AssetDecl, DeliveryMode, FlowType, GpuFallback, NodeKind, OnError};
 use videoflow_core::partition::py_repr_str;
 
 /// The envelope version this build emits (WIRE-1/WIRE-2).
@@ -886,80 +884,19 @@ fn parse_join_policy(
             ));
         }
     };
-    let bad = |field: &str, want: &str| {
+    let policy = JoinPolicy::from_reference_json(&obj).map_err(|e| {
         config_error(
             VAR,
             Some(v),
             format!(
-                "{VAR}={} has an invalid {field}: expected {want}.",
-                py_repr_str(v)
+                "{VAR}={} has an invalid {}: expected {}.",
+                py_repr_str(v),
+                e.field,
+                e.expected
             ),
             REMEDY.into(),
         )
-    };
-    let opt_f64 = |field: &str| -> Result<Option<f64>, VfError> {
-        match obj.get(field) {
-            None | Some(Json::Null) => Ok(None),
-            Some(x) => x
-                .as_f64()
-                .map(Some)
-                .ok_or_else(|| bad(field, "a number or null")),
-        }
-    };
-    let opt_i64 = |field: &str| -> Result<Option<i64>, VfError> {
-        match obj.get(field) {
-            None | Some(Json::Null) => Ok(None),
-            Some(x) => x
-                .as_i64()
-                .map(Some)
-                .ok_or_else(|| bad(field, "an integer or null")),
-        }
-    };
-    let missing = match obj.get("missing") {
-        None => MissingPolicy::Drop,
-        Some(Json::String(s)) if s == "drop" => MissingPolicy::Drop,
-        Some(Json::String(s)) if s == "wait" => MissingPolicy::Wait,
-        Some(Json::String(s)) if s == "error" => MissingPolicy::Error,
-        Some(_) => return Err(bad("missing", "one of 'drop', 'wait', 'error'")),
-    };
-    let mode = match obj.get("mode") {
-        None => JoinMode::Trace,
-        Some(Json::String(s)) if s == "trace" => JoinMode::Trace,
-        Some(Json::String(s)) if s == "time" => JoinMode::Time,
-        Some(_) => return Err(bad("mode", "one of 'trace', 'time'")),
-    };
-    let max_pending = match obj.get("max_pending") {
-        None => DEFAULT_MAX_PENDING,
-        Some(x) => x.as_i64().ok_or_else(|| bad("max_pending", "an integer"))?,
-    };
-    let mut collect = BTreeMap::new();
-    match obj.get("collect") {
-        None | Some(Json::Null) => {}
-        Some(Json::Object(m)) => {
-            for (parent, window) in m {
-                let w = window
-                    .as_f64()
-                    .ok_or_else(|| bad("collect", "an object of numbers"))?;
-                collect.insert(parent.clone(), w);
-            }
-        }
-        Some(_) => return Err(bad("collect", "an object of numbers")),
-    }
-    let timeout_seconds = opt_f64("timeout_seconds")?;
-    let policy = JoinPolicy {
-        // The reference constructor: `wait` clears the timeout.
-        timeout_seconds: if missing == MissingPolicy::Wait {
-            None
-        } else {
-            timeout_seconds
-        },
-        missing,
-        max_pending,
-        mode,
-        tolerance_ms: opt_f64("tolerance_ms")?,
-        quorum: opt_i64("quorum")?,
-        collect,
-    };
+    })?;
     if let Some(p) = policy.problems(node, parents).into_iter().next() {
         return Err(config_error(
             VAR,

@@ -37,6 +37,15 @@ pub struct JoinPolicy {
     pub collect: BTreeMap<String, f64>,
 }
 
+/// A key of the reference dict whose value has the wrong type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadField {
+    /// The snake_case key.
+    pub field: &'static str,
+    /// What it must be, in words.
+    pub expected: &'static str,
+}
+
 /// One violated join rule: which field, and the reference's message for it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PolicyProblem {
@@ -84,6 +93,60 @@ impl JoinPolicy {
             quorum: decl.quorum,
             collect: decl.collect.clone(),
         }
+    }
+
+    /// Parses the reference's dict (`VF_JOIN_POLICY_JSON`, the `join_policy` of
+    /// `specs.json`): unknown keys ignored, `null` as unset, then the same constructor
+    /// rules as [`JoinPolicy::from_decl`]. Only types are checked here; [`JoinPolicy::problems`]
+    /// checks the rules.
+    pub fn from_reference_json(obj: &Map<String, Json>) -> Result<Self, BadField> {
+        let bad = |field, expected| BadField { field, expected };
+        let present = |k: &str| obj.get(k).filter(|v| !v.is_null());
+        let number = |k: &'static str| -> Result<Option<f64>, BadField> {
+            present(k)
+                .map(|v| v.as_f64().ok_or(bad(k, "a number or null")))
+                .transpose()
+        };
+        let integer = |k: &'static str| -> Result<Option<i64>, BadField> {
+            present(k)
+                .map(|v| v.as_i64().ok_or(bad(k, "an integer or null")))
+                .transpose()
+        };
+        let missing = match present("missing").map(Json::as_str) {
+            None => None,
+            Some(Some("drop")) => Some(MissingPolicy::Drop),
+            Some(Some("wait")) => Some(MissingPolicy::Wait),
+            Some(Some("error")) => Some(MissingPolicy::Error),
+            Some(_) => return Err(bad("missing", "one of 'drop', 'wait', 'error'")),
+        };
+        let mode = match present("mode").map(Json::as_str) {
+            None => None,
+            Some(Some("trace")) => Some(JoinMode::Trace),
+            Some(Some("time")) => Some(JoinMode::Time),
+            Some(_) => return Err(bad("mode", "one of 'trace', 'time'")),
+        };
+        let mut collect = BTreeMap::new();
+        match present("collect") {
+            None => {}
+            Some(Json::Object(m)) => {
+                for (parent, window) in m {
+                    let w = window
+                        .as_f64()
+                        .ok_or(bad("collect", "an object of numbers"))?;
+                    collect.insert(parent.clone(), w);
+                }
+            }
+            Some(_) => return Err(bad("collect", "an object of numbers")),
+        }
+        Ok(Self::from_decl(&JoinDecl {
+            mode,
+            timeout_seconds: number("timeout_seconds")?,
+            missing,
+            max_pending: integer("max_pending")?,
+            tolerance_ms: number("tolerance_ms")?,
+            quorum: integer("quorum")?,
+            collect,
+        }))
     }
 
     /// The working set `max(1, max_pending) × max(1, P − 1) + 1` (STREAM-15, JOIN-5a): the
@@ -352,6 +415,36 @@ mod tests {
                 .any(|p| p
                     .message
                     .contains("at least one parent must be synchronized"))
+        );
+    }
+
+    #[test]
+    fn reference_dict_round_trips_and_types_are_checked() {
+        let decl = JoinDecl {
+            mode: Some(JoinMode::Time),
+            timeout_seconds: Some(2.0),
+            tolerance_ms: Some(5.0),
+            quorum: Some(1),
+            collect: [("imu".to_string(), 20.0)].into_iter().collect(),
+            ..Default::default()
+        };
+        let policy = JoinPolicy::from_decl(&decl);
+        let Json::Object(dict) = policy.to_reference_json() else {
+            panic!("not an object")
+        };
+        assert_eq!(JoinPolicy::from_reference_json(&dict), Ok(policy));
+        let wait = json!({"missing": "wait", "timeout_seconds": 3});
+        let Json::Object(wait) = wait else { panic!() };
+        let parsed = JoinPolicy::from_reference_json(&wait).expect("parses");
+        assert_eq!(
+            parsed.timeout_seconds, None,
+            "JOIN-1: wait clears the timeout"
+        );
+        let bad = json!({"quorum": "two"});
+        let Json::Object(bad) = bad else { panic!() };
+        assert_eq!(
+            JoinPolicy::from_reference_json(&bad).map_err(|e| e.field),
+            Err("quorum")
         );
     }
 
