@@ -284,22 +284,25 @@ impl WorkerConfig {
         };
         let breaker_threshold = env.int_or("VF_BREAKER_THRESHOLD", 10)?;
         let progress_timeout_seconds = env.float_or("VF_PROGRESS_TIMEOUT_SECONDS", 300.0)?;
-        let watchdog_interval_seconds =
-            parse_watchdog_interval(env.get("VF_WATCHDOG_INTERVAL_SECONDS"))?;
+        let watchdog_interval_seconds = WATCHDOG_INTERVAL
+            .parse(env.get("VF_WATCHDOG_INTERVAL_SECONDS"))?
+            .unwrap_or(5.0);
         let envelope_version = parse_envelope_version(env.get("VF_ENVELOPE_VERSION"))?;
 
         let profile_requests = parse_profile_requests(env.get("VF_PROFILE_REQUESTS_JSON"))?;
         let admission_timeout_seconds = if profile_requests.is_empty() {
             60.0
         } else {
-            parse_admission_timeout(env.get("VF_ADMISSION_TIMEOUT_SECONDS"))?
+            ADMISSION_TIMEOUT
+                .parse(env.get("VF_ADMISSION_TIMEOUT_SECONDS"))?
+                .unwrap_or(60.0)
         };
 
         let blob_url = env.non_empty("VF_BLOB_REDIS_URL").map(str::to_owned);
         let store_admission = match &blob_url {
-            Some(url) if is_obligation_store(url) => {
-                parse_store_admission(env.get("VF_STORE_ADMISSION"))?
-            }
+            Some(url) if is_obligation_store(url) => STORE_ADMISSION
+                .parse(env.get("VF_STORE_ADMISSION"))?
+                .unwrap_or(1.0),
             _ => 1.0,
         };
         let blob_reader_ids = split_list(env.get("VF_BLOB_READER_IDS").unwrap_or(""));
@@ -316,12 +319,14 @@ impl WorkerConfig {
             .non_empty("VF_RUNTIME_STORE_URL")
             .unwrap_or(DEFAULT_RUNTIME_STORE_URL)
             .to_owned();
-        let partition_lease_seconds = parse_partition_lease(env.get("VF_PARTITION_LEASE_SECONDS"))?;
+        let partition_lease_seconds = PARTITION_LEASE
+            .parse(env.get("VF_PARTITION_LEASE_SECONDS"))?
+            .unwrap_or(10.0);
         let replica_slots = env.optional_int("VF_REPLICA_SLOTS")?.unwrap_or(nb_tasks);
         let health_port = env.int_or("VF_HEALTH_PORT", 0)?;
         let prefetch_bytes = env.optional_int("VF_PREFETCH_BYTES")?;
         let store_backpressure_seconds =
-            parse_store_backpressure(env.get("VF_STORE_BACKPRESSURE_SECONDS"))?;
+            STORE_BACKPRESSURE.parse(env.get("VF_STORE_BACKPRESSURE_SECONDS"))?;
         let device = parse_device(&env)?;
         let structured_logs = env
             .get("VF_STRUCTURED_LOGS")
@@ -698,107 +703,97 @@ fn parse_envelope_version(raw: Option<&str>) -> Result<i64, VfError> {
     Ok(SUPPORTED_ENVELOPE_VERSION)
 }
 
-/// `VF_WATCHDOG_INTERVAL_SECONDS` (ENV-15): exact texts.
-fn parse_watchdog_interval(raw: Option<&str>) -> Result<f64, VfError> {
-    const VAR: &str = "VF_WATCHDOG_INTERVAL_SECONDS";
-    const REMEDY: &str =
-        "Set it to the seconds between progress checks, or 0 to disable the watchdog thread.";
-    let Some(v) = raw.filter(|v| !v.is_empty()) else {
-        return Ok(5.0);
-    };
-    let x = py_float(v).ok_or_else(|| not_a_number(VAR, v, REMEDY))?;
-    if x < 0.0 {
-        return Err(config_error(
-            VAR,
-            Some(v),
-            format!("{VAR}={} is negative.", py_repr_str(v)),
-            REMEDY.into(),
-        ));
-    }
-    Ok(x)
+/// A float variable with a range rule and the reference's exact texts (ENV-15 and friends).
+struct FloatRule {
+    var: &'static str,
+    /// Message tail when the value is not a float (`is not a number.`).
+    not_number: &'static str,
+    /// Message tail when the value breaks `ok` (`is negative.`).
+    out_of_range: &'static str,
+    ok: fn(f64) -> bool,
+    remedy: &'static str,
+    /// Whether a whitespace-only value counts as unset (as `float()` never sees it).
+    blank_is_unset: bool,
 }
 
-/// `VF_ADMISSION_TIMEOUT_SECONDS`: exact texts.
-fn parse_admission_timeout(raw: Option<&str>) -> Result<f64, VfError> {
-    const VAR: &str = "VF_ADMISSION_TIMEOUT_SECONDS";
-    const REMEDY: &str = "Set it to the seconds a read-back of the broker may take, or unset it.";
-    let Some(v) = raw.filter(|v| !v.is_empty()) else {
-        return Ok(60.0);
-    };
-    let x = py_float(v).ok_or_else(|| not_a_number(VAR, v, REMEDY))?;
-    if x <= 0.0 {
-        return Err(config_error(
-            VAR,
-            Some(v),
-            format!("{VAR}={} is not positive.", py_repr_str(v)),
-            REMEDY.into(),
-        ));
+impl FloatRule {
+    /// `None` when unset or empty; otherwise the value, or the ConfigError with the exact text.
+    fn parse(&self, raw: Option<&str>) -> Result<Option<f64>, VfError> {
+        let unset = |v: &str| {
+            if self.blank_is_unset {
+                v.trim().is_empty()
+            } else {
+                v.is_empty()
+            }
+        };
+        let Some(v) = raw.filter(|v| !unset(v)) else {
+            return Ok(None);
+        };
+        let fail = |tail: &str| {
+            config_error(
+                self.var,
+                Some(v),
+                format!("{}={} {tail}", self.var, py_repr_str(v)),
+                self.remedy.to_owned(),
+            )
+        };
+        let x = py_float(v).ok_or_else(|| fail(self.not_number))?;
+        if !(self.ok)(x) {
+            return Err(fail(self.out_of_range));
+        }
+        Ok(Some(x))
     }
-    Ok(x)
 }
 
-/// `VF_PARTITION_LEASE_SECONDS` (§11.2): always parsed; exact texts.
-fn parse_partition_lease(raw: Option<&str>) -> Result<f64, VfError> {
-    const VAR: &str = "VF_PARTITION_LEASE_SECONDS";
-    let Some(v) = raw.filter(|v| !v.trim().is_empty()) else {
-        return Ok(10.0);
-    };
-    let x = py_float(v).ok_or_else(|| {
-        config_error(
-            VAR,
-            Some(v),
-            format!("{VAR}={} is not a number of seconds.", py_repr_str(v)),
-            format!("Set {VAR} to a positive number, or unset it."),
-        )
-    })?;
-    if x <= 0.0 {
-        return Err(config_error(
-            VAR,
-            Some(v),
-            format!("{VAR}={} must be positive.", py_repr_str(v)),
-            format!("Set {VAR} to a positive number, or unset it."),
-        ));
-    }
-    Ok(x)
-}
+/// `VF_WATCHDOG_INTERVAL_SECONDS` (ENV-15): ≥ 0, 0 = no watchdog thread.
+const WATCHDOG_INTERVAL: FloatRule = FloatRule {
+    var: "VF_WATCHDOG_INTERVAL_SECONDS",
+    not_number: "is not a number.",
+    out_of_range: "is negative.",
+    ok: |x| x >= 0.0,
+    remedy: "Set it to the seconds between progress checks, or 0 to disable the watchdog thread.",
+    blank_is_unset: false,
+};
 
-/// `VF_STORE_ADMISSION` (BLOB-16): a share in (0, 1]; exact texts.
-fn parse_store_admission(raw: Option<&str>) -> Result<f64, VfError> {
-    const VAR: &str = "VF_STORE_ADMISSION";
-    const REMEDY: &str = "Set it to the share of the payload store this node may fill, in (0, 1].";
-    let Some(v) = raw.filter(|v| !v.is_empty()) else {
-        return Ok(1.0);
-    };
-    let x = py_float(v).ok_or_else(|| not_a_number(VAR, v, REMEDY))?;
-    if !(x > 0.0 && x <= 1.0) {
-        return Err(config_error(
-            VAR,
-            Some(v),
-            format!("{VAR}={} is not in (0, 1].", py_repr_str(v)),
-            REMEDY.into(),
-        ));
-    }
-    Ok(x)
-}
+/// `VF_ADMISSION_TIMEOUT_SECONDS`: > 0.
+const ADMISSION_TIMEOUT: FloatRule = FloatRule {
+    var: "VF_ADMISSION_TIMEOUT_SECONDS",
+    not_number: "is not a number.",
+    out_of_range: "is not positive.",
+    ok: |x| x > 0.0,
+    remedy: "Set it to the seconds a read-back of the broker may take, or unset it.",
+    blank_is_unset: false,
+};
 
-/// `VF_STORE_BACKPRESSURE_SECONDS` (BLOB-16): seconds ≥ 0, always parsed; exact texts.
-fn parse_store_backpressure(raw: Option<&str>) -> Result<Option<f64>, VfError> {
-    const VAR: &str = "VF_STORE_BACKPRESSURE_SECONDS";
-    const REMEDY: &str = "Set it to the seconds a publisher may wait for a full payload store to drain, or 0 to fail the publication at once.";
-    let Some(v) = raw.filter(|v| !v.is_empty()) else {
-        return Ok(None);
-    };
-    let x = py_float(v).ok_or_else(|| not_a_number(VAR, v, REMEDY))?;
-    if x < 0.0 {
-        return Err(config_error(
-            VAR,
-            Some(v),
-            format!("{VAR}={} is negative.", py_repr_str(v)),
-            REMEDY.into(),
-        ));
-    }
-    Ok(Some(x))
-}
+/// `VF_PARTITION_LEASE_SECONDS` (§11.2): > 0, always parsed.
+const PARTITION_LEASE: FloatRule = FloatRule {
+    var: "VF_PARTITION_LEASE_SECONDS",
+    not_number: "is not a number of seconds.",
+    out_of_range: "must be positive.",
+    ok: |x| x > 0.0,
+    remedy: "Set VF_PARTITION_LEASE_SECONDS to a positive number, or unset it.",
+    blank_is_unset: true,
+};
+
+/// `VF_STORE_ADMISSION` (BLOB-16): a share in (0, 1].
+const STORE_ADMISSION: FloatRule = FloatRule {
+    var: "VF_STORE_ADMISSION",
+    not_number: "is not a number.",
+    out_of_range: "is not in (0, 1].",
+    ok: |x| x > 0.0 && x <= 1.0,
+    remedy: "Set it to the share of the payload store this node may fill, in (0, 1].",
+    blank_is_unset: false,
+};
+
+/// `VF_STORE_BACKPRESSURE_SECONDS` (BLOB-16): seconds ≥ 0, always parsed.
+const STORE_BACKPRESSURE: FloatRule = FloatRule {
+    var: "VF_STORE_BACKPRESSURE_SECONDS",
+    not_number: "is not a number.",
+    out_of_range: "is negative.",
+    ok: |x| x >= 0.0,
+    remedy: "Set it to the seconds a publisher may wait for a full payload store to drain, or 0 to fail the publication at once.",
+    blank_is_unset: false,
+};
 
 /// Whether a blob URL selects 1.0.4's obligation store (`redis`/`rediss`, §20).
 fn is_obligation_store(url: &str) -> bool {
