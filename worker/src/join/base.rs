@@ -112,6 +112,14 @@ impl<H> Base<H> {
         std::mem::take(&mut self.resolutions)
     }
 
+    /// Seconds the oldest of `first_seen` (mono readings) has waited; 0 when there is none.
+    pub(crate) fn oldest_wait_seconds(&self, first_seen: impl Iterator<Item = f64>) -> f64 {
+        let now = self.clock.mono();
+        first_seen
+            .reduce(f64::min)
+            .map_or(0.0, |first| (now - first).max(0.0))
+    }
+
     /// Groups evicted so far (`join_evicted`).
     pub(crate) fn evicted(&self) -> u64 {
         self.evicted

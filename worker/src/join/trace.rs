@@ -174,12 +174,8 @@ impl<H, M> TraceAssembler<H, M> {
 
     /// How long the oldest pending group has waited, 0 when none (health reporting).
     pub fn oldest_wait_seconds(&self) -> f64 {
-        let now = self.base.clock.mono();
-        self.groups
-            .values()
-            .map(|g| g.first_seen)
-            .reduce(f64::min)
-            .map_or(0.0, |first| (now - first).max(0.0))
+        self.base
+            .oldest_wait_seconds(self.groups.values().map(|g| g.first_seen))
     }
 
     /// Drains the settlements of everything discarded so far.
