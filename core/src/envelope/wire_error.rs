@@ -49,6 +49,27 @@ impl WireError {
         }
     }
 
+    /// The wire record of a worker's own error (§15.3, ABORT-1): code, message, remedy,
+    /// disposition, and the context values rendered with Python `str()`. An error object
+    /// keeps `node` and `trace_id` in its context, so they stay there (vector
+    /// `abort_producer_poison`); the top-level fields are for relayed records only.
+    pub fn from_error(e: &crate::errors::VfError) -> Self {
+        WireError {
+            code: e.code.code().to_owned(),
+            message: e.message.clone(),
+            remedy: e.remedy_text().map(str::to_owned),
+            disposition: e.disposition,
+            node: None,
+            trace_id: None,
+            num_delivered: None,
+            context: e
+                .context
+                .iter()
+                .map(|(k, v)| (k.clone(), crate::errors::context_text(v)))
+                .collect(),
+        }
+    }
+
     /// Reads a wire record; empty/zero/UNSPECIFIED fields become absent.
     pub fn from_proto(p: proto::Error) -> Self {
         let non_empty = |s: String| (!s.is_empty()).then_some(s);
@@ -116,6 +137,35 @@ fn cut(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_error_keeps_node_and_trace_in_context() {
+        // The shape of vector `abort_producer_poison` (§15.3, ABORT-1).
+        use crate::errors::{ErrorCode, VfError};
+        let e = VfError::new(ErrorCode::Poison, "ValueError: bad frame header")
+            .with_context("node", "cam")
+            .with_context("replica", 1)
+            .with_context("seq", serde_json::Value::Null)
+            .with_context("trace_id", serde_json::Value::Null);
+        let w = WireError::from_error(&e);
+        assert_eq!(w.code, "VF_POISON");
+        assert_eq!(w.disposition, Some(Disposition::Poison));
+        assert_eq!((w.node.as_deref(), w.trace_id.as_deref()), (None, None));
+        let ctx: Vec<(&str, &str)> = w
+            .context
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            ctx,
+            vec![
+                ("node", "cam"),
+                ("replica", "1"),
+                ("seq", "None"),
+                ("trace_id", "None")
+            ]
+        );
+    }
 
     #[test]
     fn cut_counts_code_points() {
