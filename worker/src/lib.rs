@@ -2,12 +2,22 @@
 //!
 //! The runtime of one node replica (issue #3 onwards). Table of contents:
 //!
+//! - [`blob`] — the payload (blob) store: offload, fetch, reader-counted release (BLOB-1..7).
 //! - [`config`] — the `VF_*` environment contract (ENV-*): pure, typed, parsed from an injected map.
 //! - [`delivery`] — failure ladder, NAK delays, breaker and DLQ sampler as pure decisions (DELIV-6/7, ERR-2/5a/6).
 //! - [`drain`] — end-of-stream and abort bookkeeping per parent (EOS-2..6, ABORT-3/4).
+//! - [`emit`] — this replica's DATA/EOS/ABORT envelopes and identities (WIRE-4/6, MSGID-5, LOOP-7/8, EOS-7).
+//! - [`idempotency`] — sink effect markers in Redis and `idempotency_key` (IDEM-1/2).
 //! - [`join`] — the trace and time assemblers (JOIN-*): pure, single-threaded, clock injected.
+//! - [`nodes`] — the node API (context, producer/processor/consumer traits) and the built-in node library.
+//! - [`termination`] — the exit path: one-line log, termination record, exit code (§15.4).
 
+pub mod blob;
 pub mod config;
 pub mod delivery;
 pub mod drain;
+pub mod emit;
+pub mod idempotency;
 pub mod join;
+pub mod nodes;
+pub mod termination;

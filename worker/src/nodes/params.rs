@@ -1,0 +1,267 @@
+//! Typed reading of `VF_NODE_PARAMS_JSON` for one built-in class.
+//!
+//! Why a reader that remembers what it was asked for: after a node has read its parameters,
+//! whatever is left is unknown, and the error can list the accepted ones. Every failure is
+//! `VF_CONFIG` naming the parameter, the class and the offending value.
+
+use serde_json::{Map, Value as Json};
+use videoflow_core::errors::{ErrorCode, VfError};
+use videoflow_core::partition::py_repr_str;
+
+/// The node family, which decides the base-class parameters a class accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Family {
+    /// `ProducerNode`.
+    Producer,
+    /// `ProcessorNode` (and `OneTaskProcessorNode`).
+    Processor,
+    /// `ConsumerNode`.
+    Consumer,
+}
+
+/// Reads one class's parameters; see the module docs.
+pub(crate) struct Params<'a> {
+    class: &'a str,
+    map: &'a Map<String, Json>,
+    known: Vec<&'static str>,
+}
+
+/// Consumer-only declarations carried in the params (1.0.4 `ConsumerNode.__init__`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct ConsumerFlags {
+    /// `metadata`.
+    pub metadata: bool,
+    /// `idempotent`.
+    pub idempotent: bool,
+}
+
+impl<'a> Params<'a> {
+    /// A reader of `map` for `class` (named in every error).
+    pub(crate) fn new(class: &'a str, map: &'a Map<String, Json>) -> Self {
+        Params {
+            class,
+            map,
+            known: Vec::new(),
+        }
+    }
+
+    /// The raw value of `name`, `None` when absent or JSON `null` (Python's default applies).
+    fn get(&mut self, name: &'static str) -> Option<&'a Json> {
+        self.known.push(name);
+        self.map.get(name).filter(|v| !v.is_null())
+    }
+
+    /// `VF_CONFIG`: parameter `name` is not `expected` (shows the offending JSON).
+    pub(crate) fn bad(&self, name: &str, expected: &str, got: &Json) -> VfError {
+        VfError::new(
+            ErrorCode::Config,
+            format!(
+                "VF_NODE_PARAMS_JSON: parameter {} of {} must be {expected}, got {got}.",
+                py_repr_str(name),
+                self.class
+            ),
+        )
+        .with_remedy("Fix the node's params in the Flow.")
+        .with_context("variable", "VF_NODE_PARAMS_JSON")
+        .with_context("class", self.class)
+        .with_context("param", name)
+    }
+
+    /// An integer parameter (a JSON integer; bools and fractions are refused).
+    pub(crate) fn opt_int(&mut self, name: &'static str) -> Result<Option<i64>, VfError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) => v
+                .as_i64()
+                .map(Some)
+                .ok_or_else(|| self.bad(name, "an integer", v)),
+        }
+    }
+
+    /// [`Params::opt_int`] with Python's default.
+    pub(crate) fn int(&mut self, name: &'static str, default: i64) -> Result<i64, VfError> {
+        Ok(self.opt_int(name)?.unwrap_or(default))
+    }
+
+    /// A number parameter (integers accepted, as Python accepts them for a float).
+    pub(crate) fn opt_float(&mut self, name: &'static str) -> Result<Option<f64>, VfError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .filter(|x| x.is_finite())
+                .map(Some)
+                .ok_or_else(|| self.bad(name, "a finite number", v)),
+        }
+    }
+
+    /// [`Params::opt_float`] with Python's default.
+    pub(crate) fn float(&mut self, name: &'static str, default: f64) -> Result<f64, VfError> {
+        Ok(self.opt_float(name)?.unwrap_or(default))
+    }
+
+    /// A string parameter.
+    pub(crate) fn opt_string(&mut self, name: &'static str) -> Result<Option<String>, VfError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) => v
+                .as_str()
+                .map(|s| Some(s.to_owned()))
+                .ok_or_else(|| self.bad(name, "a string", v)),
+        }
+    }
+
+    /// [`Params::opt_string`] with Python's default.
+    pub(crate) fn string(&mut self, name: &'static str, default: &str) -> Result<String, VfError> {
+        Ok(self.opt_string(name)?.unwrap_or_else(|| default.to_owned()))
+    }
+
+    /// A string parameter without a default (Python raises without it).
+    pub(crate) fn required_string(&mut self, name: &'static str) -> Result<String, VfError> {
+        self.opt_string(name)?.ok_or_else(|| {
+            VfError::new(
+                ErrorCode::Config,
+                format!(
+                    "VF_NODE_PARAMS_JSON: {} requires parameter {}.",
+                    self.class,
+                    py_repr_str(name)
+                ),
+            )
+            .with_remedy("Add it to the node's params in the Flow.")
+            .with_context("variable", "VF_NODE_PARAMS_JSON")
+            .with_context("class", self.class)
+            .with_context("param", name)
+        })
+    }
+
+    /// A boolean parameter.
+    pub(crate) fn bool(&mut self, name: &'static str, default: bool) -> Result<bool, VfError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(v) => v.as_bool().ok_or_else(|| self.bad(name, "a boolean", v)),
+        }
+    }
+
+    /// A parameter whose JSON shape is checked but whose value the runtime reads from its own
+    /// `VF_*` variable (e.g. `partition_by` ↔ `VF_PARTITION_BY`).
+    fn shaped(
+        &mut self,
+        name: &'static str,
+        expected: &str,
+        ok: fn(&Json) -> bool,
+    ) -> Result<(), VfError> {
+        match self.get(name) {
+            Some(v) if !ok(v) => Err(self.bad(name, expected, v)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The base-class parameters 1.0.4's `get_params()` emits for every node of `family`
+    /// (the compiler ships them with the class's own). The runtime takes their meaning from
+    /// the environment; only the consumer flags exist nowhere else, so they are returned.
+    pub(crate) fn base(&mut self, family: Family) -> Result<ConsumerFlags, VfError> {
+        self.shaped("name", "a string", Json::is_string)?;
+        self.shaped("image", "a string", Json::is_string)?;
+        let mut flags = ConsumerFlags::default();
+        match family {
+            Family::Producer => {
+                self.bool("is_finite", true)?;
+            }
+            Family::Processor => {
+                self.shaped("nb_tasks", "an integer", |v| v.as_i64().is_some())?;
+                self.shaped("device_type", "a string", Json::is_string)?;
+                self.shaped("partition_by", "a string", Json::is_string)?;
+                self.shaped("join_policy", "an object", Json::is_object)?;
+                self.shaped("gpu_count", "an integer", |v| v.as_i64().is_some())?;
+                self.shaped("gpu_memory_gib", "a number", Json::is_number)?;
+                self.shaped("delivery", "a string", Json::is_string)?;
+                self.shaped("on_error", "a string", Json::is_string)?;
+            }
+            Family::Consumer => {
+                flags.metadata = self.bool("metadata", false)?;
+                flags.idempotent = self.bool("idempotent", false)?;
+                self.shaped("join_policy", "an object", Json::is_object)?;
+                self.shaped("delivery", "a string", Json::is_string)?;
+                self.shaped("on_error", "a string", Json::is_string)?;
+            }
+        }
+        Ok(flags)
+    }
+
+    /// Fails on the first parameter nobody asked for (sorted, so the error is stable).
+    pub(crate) fn finish(self) -> Result<(), VfError> {
+        let mut unknown: Vec<&String> = self
+            .map
+            .keys()
+            .filter(|k| !self.known.contains(&k.as_str()))
+            .collect();
+        unknown.sort();
+        let Some(first) = unknown.first() else {
+            return Ok(());
+        };
+        let mut accepted = self.known.clone();
+        accepted.sort_unstable();
+        accepted.dedup();
+        Err(VfError::new(
+            ErrorCode::Config,
+            format!(
+                "VF_NODE_PARAMS_JSON: {} has no parameter {}.",
+                self.class,
+                py_repr_str(first)
+            ),
+        )
+        .with_remedy(format!("Its parameters are: {}.", accepted.join(", ")))
+        .with_context("variable", "VF_NODE_PARAMS_JSON")
+        .with_context("class", self.class)
+        .with_context("param", first.as_str()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(j: Json) -> Map<String, Json> {
+        match j {
+            Json::Object(m) => m,
+            _ => Map::new(),
+        }
+    }
+
+    #[test]
+    fn null_means_default_and_ints_pass_as_floats() {
+        let m = map(serde_json::json!({"a": null, "b": 2}));
+        let mut p = Params::new("C", &m);
+        assert_eq!(p.int("a", 7), Ok(7));
+        assert_eq!(p.float("b", 0.0), Ok(2.0));
+        assert_eq!(p.finish(), Ok(()));
+    }
+
+    #[test]
+    fn wrong_type_names_the_param() {
+        let m = map(serde_json::json!({"a": "x"}));
+        let mut p = Params::new("C", &m);
+        let e = p.int("a", 0).err();
+        assert_eq!(e.as_ref().map(|e| e.code), Some(ErrorCode::Config));
+        assert_eq!(
+            e.map(|e| e.message),
+            Some(r#"VF_NODE_PARAMS_JSON: parameter 'a' of C must be an integer, got "x"."#.into())
+        );
+    }
+
+    #[test]
+    fn unknown_param_lists_the_accepted_ones() {
+        let m = map(serde_json::json!({"zz": 1, "yy": 2}));
+        let mut p = Params::new("C", &m);
+        let _ = p.int("a", 0);
+        let e = p.finish().err();
+        assert_eq!(
+            e.as_ref().map(|e| e.message.as_str()),
+            Some("VF_NODE_PARAMS_JSON: C has no parameter 'yy'.")
+        );
+        assert_eq!(
+            e.and_then(|e| e.remedy),
+            Some("Its parameters are: a.".into())
+        );
+    }
+}
