@@ -2,6 +2,7 @@
 //!
 //! The runtime of one node replica (issue #3 onwards). Table of contents:
 //!
+//! - [`broker`] — the JetStream transport: streams, durables, pull loops, keepalive, publish, DLQ, control (STREAM-*, DELIV-1..8, CTRL-1).
 //! - [`blob`] — the payload (blob) store: offload, fetch, reader-counted release (BLOB-1..7).
 //! - [`config`] — the `VF_*` environment contract (ENV-*): pure, typed, parsed from an injected map.
 //! - [`delivery`] — failure ladder, NAK delays, breaker and DLQ sampler as pure decisions (DELIV-6/7, ERR-2/5a/6).
@@ -13,6 +14,7 @@
 //! - [`termination`] — the exit path: one-line log, termination record, exit code (§15.4).
 
 pub mod blob;
+pub mod broker;
 pub mod config;
 pub mod delivery;
 pub mod drain;

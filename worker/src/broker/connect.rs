@@ -1,0 +1,94 @@
+//! The connection: one NATS client and its JetStream context, shared by every part of the
+//! broker layer.
+//!
+//! Why one handle: the pull loops, the keepalive ticker, publications and the control
+//! subscription all ride one connection, so closing it is one act and a broken broker shows
+//! up everywhere at once rather than in one corner.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+
+use super::error::{BrokerError, REMEDY_CONNECT};
+
+/// How long a connect may take before it is BrokerUnavailable (STREAM-7).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The JetStream request bound: the longest single publish attempt DELIV-5 allows. Every
+/// caller that needs less (observe 5 s, DLQ 5 s, ack 2 s) bounds its own call further.
+pub const JETSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A connected broker: the NATS client and a JetStream context on it. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Broker {
+    client: async_nats::Client,
+    jetstream: jetstream::Context,
+    url: String,
+}
+
+impl Broker {
+    /// The plain NATS client (control subject, ack replies).
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
+    /// The JetStream context (streams, consumers, publications).
+    pub fn jetstream(&self) -> &jetstream::Context {
+        &self.jetstream
+    }
+
+    /// The URL this broker was reached at, for messages.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Flushes what the client buffered (acks, NAKs, control messages), bounded by `within`;
+    /// `false` when the flush did not complete. Fire-and-forget settlements are only on the
+    /// wire after a flush, which is why close and the control sender call it.
+    pub async fn flush(&self, within: Duration) -> bool {
+        matches!(
+            tokio::time::timeout(within, self.client.flush()).await,
+            Ok(Ok(()))
+        )
+    }
+}
+
+/// Connects to `url` within [`CONNECT_TIMEOUT`] (STREAM-7).
+///
+/// # Errors
+/// BrokerUnavailable `could not connect to NATS at <url>: <type>: <detail>`.
+pub async fn connect(url: &str) -> Result<Broker, BrokerError> {
+    connect_within(url, CONNECT_TIMEOUT).await
+}
+
+/// [`connect`] with an explicit bound (tests use a short one).
+///
+/// # Errors
+/// BrokerUnavailable with STREAM-7's text.
+pub async fn connect_within(url: &str, within: Duration) -> Result<Broker, BrokerError> {
+    let failed = |kind: &str, detail: String| {
+        BrokerError::unavailable(
+            format!("could not connect to NATS at {url}: {kind}: {detail}"),
+            REMEDY_CONNECT,
+        )
+    };
+    let options = async_nats::ConnectOptions::new().connection_timeout(within);
+    let client = match tokio::time::timeout(within, options.connect(url)).await {
+        Ok(Ok(client)) => client,
+        Ok(Err(e)) => return Err(failed("ConnectError", e.to_string())),
+        Err(_) => {
+            return Err(failed(
+                "TimeoutError",
+                format!("no connection within {} s", within.as_secs_f64()),
+            ));
+        }
+    };
+    let jetstream = jetstream::ContextBuilder::new()
+        .timeout(JETSTREAM_TIMEOUT)
+        .build(client.clone());
+    Ok(Broker {
+        client,
+        jetstream,
+        url: url.to_owned(),
+    })
+}

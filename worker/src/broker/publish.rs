@@ -1,0 +1,470 @@
+//! Outbound: publications with a message id, and the REALTIME / BATCH / ABORT publish rules
+//! (DELIV-4, DELIV-5, ABORT-2, MSGID-1, WIRE-2).
+//!
+//! Why three modes: a REALTIME stream evicts the oldest message, so a publish there must
+//! never wait — a refusal is a counted drop and a lost receipt stays unknown. A BATCH stream
+//! refuses when full (INTEREST + discard NEW), and that refusal is the backpressure: retry
+//! with backoff until space appears, the run stops, or 120 s pass. A dying worker's ABORT
+//! gets BATCH's rules with a short leash (3 attempts, 10 s). Every retry re-sends under the
+//! same `Nats-Msg-Id`, so within the 120 s duplicate window the broker keeps one copy.
+
+use std::error::Error as _;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+use async_nats::{HeaderMap, HeaderName, HeaderValue};
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::connect::Broker;
+use super::control::StopFlag;
+use super::error::BrokerError;
+
+/// The message id header (MSGID-1).
+pub const HEADER_MSG_ID: &str = "Nats-Msg-Id";
+/// The envelope version header (WIRE-2): `VF-Env: 4` on every data, EOS and ABORT publish.
+pub const HEADER_ENVELOPE: &str = "VF-Env";
+/// The envelope version this build emits.
+pub const ENVELOPE_VERSION: &str = "4";
+/// DELIV-5: one attempt waits at most this long for its PubAck.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
+/// DELIV-5: a BATCH publication is abandoned after this long.
+pub const BATCH_OVERALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// ABORT-2: attempts of an ABORT publication.
+pub const ABORT_ATTEMPTS: u32 = 3;
+/// ABORT-2: overall bound of an ABORT publication.
+pub const ABORT_OVERALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// DELIV-5: sleeps between attempts; the last value repeats.
+pub const PUBLISH_BACKOFF: [Duration; 5] = [
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+];
+/// DELIV-5: rejection texts (lower case) that clear on their own.
+pub const RETRYABLE_MARKERS: [&str; 8] = [
+    "maximum messages",
+    "maximum bytes",
+    "insufficient storage",
+    "wrong last sequence",
+    "resource limits",
+    "temporarily unavailable",
+    "no leader",
+    "not current",
+];
+
+/// The sleep before retry number `attempt` (0-based) per DELIV-5.
+pub fn backoff(attempt: usize) -> Duration {
+    PUBLISH_BACKOFF[attempt.min(PUBLISH_BACKOFF.len() - 1)]
+}
+
+/// Whether a JetStream API rejection is retryable (DELIV-5): a 503, or a description that
+/// contains one of [`RETRYABLE_MARKERS`] (case-insensitive).
+pub fn is_retryable_rejection(status: Option<usize>, text: &str) -> bool {
+    let lower = text.to_lowercase();
+    status == Some(503) || RETRYABLE_MARKERS.iter().any(|m| lower.contains(m))
+}
+
+/// How a publication behaves when the broker refuses it or does not confirm it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishMode {
+    /// DELIV-4: never block; refused ⇒ [`PublishOutcome::Discarded`]; unconfirmed ⇒ resend
+    /// once, else [`PublishOutcome::Unknown`]; never an error.
+    Realtime,
+    /// DELIV-5: retry refusals and lost receipts with backoff for up to 120 s.
+    Batch,
+    /// ABORT-2: BATCH rules, at most 3 attempts within 10 s.
+    Abort,
+}
+
+impl PublishMode {
+    /// The mode of a data/EOS publication: REALTIME iff `VF_FLOW_TYPE == "realtime"` (T3).
+    pub fn for_flow(realtime: bool) -> Self {
+        if realtime {
+            PublishMode::Realtime
+        } else {
+            PublishMode::Batch
+        }
+    }
+}
+
+/// One message to publish.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Publication {
+    /// Target subject (NAME-2, NAME-4 or NAME-9).
+    pub subject: String,
+    /// `Nats-Msg-Id` (MSGID-1, or the DLQ id).
+    pub msg_id: String,
+    /// The bytes.
+    pub payload: Bytes,
+    /// Headers besides `Nats-Msg-Id`, in order. Values with CR/LF have them replaced by
+    /// spaces (a header line cannot carry them).
+    pub headers: Vec<(String, String)>,
+}
+
+impl Publication {
+    /// An envelope publication: carries `VF-Env: 4` (WIRE-2).
+    pub fn envelope(subject: impl Into<String>, msg_id: impl Into<String>, payload: Bytes) -> Self {
+        Publication::raw(subject, msg_id, payload).with_header(HEADER_ENVELOPE, ENVELOPE_VERSION)
+    }
+
+    /// A publication with no headers but its id (dead letters carry no `VF-Env`).
+    pub fn raw(subject: impl Into<String>, msg_id: impl Into<String>, payload: Bytes) -> Self {
+        Publication {
+            subject: subject.into(),
+            msg_id: msg_id.into(),
+            payload,
+            headers: Vec::new(),
+        }
+    }
+
+    /// Adds a header.
+    #[must_use]
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// The NATS header map: `Nats-Msg-Id` first, then the others.
+    fn header_map(&self) -> Result<HeaderMap, String> {
+        let mut map = HeaderMap::new();
+        let all = std::iter::once((HEADER_MSG_ID, self.msg_id.as_str()))
+            .chain(self.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+        for (name, value) in all {
+            let name =
+                HeaderName::from_str(name).map_err(|e| format!("header name {name:?}: {e}"))?;
+            let clean = value.replace(['\r', '\n'], " ");
+            let value = HeaderValue::from_str(&clean)
+                .map_err(|e| format!("header value {clean:?}: {e}"))?;
+            map.append(name, value);
+        }
+        Ok(map)
+    }
+}
+
+/// How a publication ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublishOutcome {
+    /// The broker stored it (or already had it: `duplicate`, MSGID-1).
+    Stored {
+        /// Its stream sequence.
+        stream_seq: u64,
+        /// The id was inside the duplicate window: nothing new was stored.
+        duplicate: bool,
+    },
+    /// REALTIME only: the broker refused it and it was dropped (count `publish_discarded`).
+    Discarded {
+        /// The refusal.
+        reason: String,
+    },
+    /// REALTIME only: no receipt even after one resend; the broker may or may not hold it.
+    Unknown {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One send's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// Stored (or a duplicate with a real sequence).
+    Stored { stream_seq: u64, duplicate: bool },
+    /// Definitely not stored.
+    Rejected { reason: String, retryable: bool },
+    /// Sent, receipt missing or not a receipt: the broker may hold it.
+    NoReceipt { reason: String },
+}
+
+/// Classifies a publish error (DELIV-5, T16).
+fn classify(subject: &str, error: &PublishError) -> Attempt {
+    let rejected = |reason: String, retryable| Attempt::Rejected { reason, retryable };
+    match error.kind() {
+        PublishErrorKind::StreamNotFound => rejected(
+            format!(
+                "no stream answered for {subject}: the channel is not provisioned or has no \
+                 leader"
+            ),
+            true,
+        ),
+        PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe => Attempt::NoReceipt {
+            reason: error.to_string(),
+        },
+        PublishErrorKind::WrongLastSequence | PublishErrorKind::MaxAckPending => {
+            rejected(error.to_string(), true)
+        }
+        PublishErrorKind::WrongLastMessageId | PublishErrorKind::MaxPayloadExceeded => {
+            rejected(error.to_string(), false)
+        }
+        PublishErrorKind::Other => {
+            let api = error
+                .source()
+                .and_then(|s| s.downcast_ref::<async_nats::jetstream::Error>());
+            match api {
+                Some(api) => {
+                    let text = api.to_string();
+                    let retryable = is_retryable_rejection(Some(api.code()), &text);
+                    rejected(text, retryable)
+                }
+                // Not an API answer: the connection is closed or the send failed before it
+                // reached the server; nothing was stored, and a reconnect clears it.
+                None => rejected(format!("connection closed before the send: {error}"), true),
+            }
+        }
+    }
+}
+
+/// Sends once, bounded by `bound`.
+pub(crate) async fn attempt(
+    broker: &Broker,
+    publication: &Publication,
+    bound: Duration,
+) -> Attempt {
+    let headers = match publication.header_map() {
+        Ok(headers) => headers,
+        Err(reason) => {
+            return Attempt::Rejected {
+                reason,
+                retryable: false,
+            };
+        }
+    };
+    let send = async {
+        broker
+            .jetstream()
+            .publish_with_headers(
+                publication.subject.clone(),
+                headers,
+                publication.payload.clone(),
+            )
+            .await?
+            .await
+    };
+    match tokio::time::timeout(bound, send).await {
+        Err(_) => Attempt::NoReceipt {
+            reason: format!("no acknowledgement within {:.1}s", bound.as_secs_f64()),
+        },
+        Ok(Err(e)) => classify(&publication.subject, &e),
+        Ok(Ok(ack)) if ack.duplicate && ack.sequence == 0 => Attempt::NoReceipt {
+            reason: "the broker acknowledged the id as a duplicate with sequence 0: seen by the \
+                     server, never stored"
+                .into(),
+        },
+        Ok(Ok(ack)) => Attempt::Stored {
+            stream_seq: ack.sequence,
+            duplicate: ack.duplicate,
+        },
+    }
+}
+
+/// Publishes for one node; the node name prefixes failure messages as 1.0.4's do.
+#[derive(Debug, Clone)]
+pub struct Publisher {
+    broker: Broker,
+    node: String,
+}
+
+impl Publisher {
+    /// A publisher for `node` on `broker`.
+    pub fn new(broker: &Broker, node: impl Into<String>) -> Self {
+        Publisher {
+            broker: broker.clone(),
+            node: node.into(),
+        }
+    }
+
+    /// Publishes under `mode`'s rules. `stop` is the termination flag: a BATCH/ABORT
+    /// publication that is still retrying when it is set is abandoned.
+    ///
+    /// # Errors
+    /// BATCH/ABORT only, BrokerUnavailable: `<node>: publication <id> rejected by the
+    /// broker: <reason>` (non-retryable, or the flag set), `… still refused after <n>
+    /// attempts: <reason>` (time or attempts spent), `… could not be confirmed (<reason>)`
+    /// (no receipt in time). REALTIME never fails.
+    pub async fn publish(
+        &self,
+        publication: &Publication,
+        mode: PublishMode,
+        stop: &StopFlag,
+    ) -> Result<PublishOutcome, BrokerError> {
+        match mode {
+            PublishMode::Realtime => Ok(self.publish_realtime(publication).await),
+            PublishMode::Batch => {
+                self.publish_patiently(publication, BATCH_OVERALL_TIMEOUT, None, stop)
+                    .await
+            }
+            PublishMode::Abort => {
+                self.publish_patiently(
+                    publication,
+                    ABORT_OVERALL_TIMEOUT,
+                    Some(ABORT_ATTEMPTS),
+                    stop,
+                )
+                .await
+            }
+        }
+    }
+
+    async fn publish_realtime(&self, publication: &Publication) -> PublishOutcome {
+        let mut last = String::new();
+        for _ in 0..2 {
+            match attempt(&self.broker, publication, ATTEMPT_TIMEOUT).await {
+                Attempt::Stored {
+                    stream_seq,
+                    duplicate,
+                } => {
+                    return PublishOutcome::Stored {
+                        stream_seq,
+                        duplicate,
+                    };
+                }
+                Attempt::Rejected { reason, .. } => {
+                    tracing::debug!(msg_id = %publication.msg_id, %reason, "live publication dropped");
+                    return PublishOutcome::Discarded { reason };
+                }
+                Attempt::NoReceipt { reason } => last = reason,
+            }
+        }
+        PublishOutcome::Unknown { reason: last }
+    }
+
+    async fn publish_patiently(
+        &self,
+        publication: &Publication,
+        overall: Duration,
+        max_attempts: Option<u32>,
+        stop: &StopFlag,
+    ) -> Result<PublishOutcome, BrokerError> {
+        let deadline = Instant::now() + overall;
+        let mut attempts: u32 = 0;
+        loop {
+            let bound = ATTEMPT_TIMEOUT.min(deadline.saturating_duration_since(Instant::now()));
+            attempts += 1;
+            let failure = match attempt(&self.broker, publication, bound).await {
+                Attempt::Stored {
+                    stream_seq,
+                    duplicate,
+                } => {
+                    return Ok(PublishOutcome::Stored {
+                        stream_seq,
+                        duplicate,
+                    });
+                }
+                Attempt::Rejected {
+                    reason,
+                    retryable: false,
+                } => return Err(self.rejected(publication, &reason)),
+                other => other,
+            };
+            let spent =
+                Instant::now() >= deadline || max_attempts.is_some_and(|max| attempts >= max);
+            if stop.is_set() || spent {
+                return Err(self.give_up(publication, &failure, attempts, stop.is_set()));
+            }
+            let pause = backoff(usize::try_from(attempts - 1).unwrap_or(usize::MAX));
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = stop.wait() => {
+                    return Err(self.give_up(publication, &failure, attempts, true));
+                }
+            }
+        }
+    }
+
+    fn rejected(&self, publication: &Publication, reason: &str) -> BrokerError {
+        BrokerError::Unavailable {
+            message: format!(
+                "{}: publication {} rejected by the broker: {reason}",
+                self.node, publication.msg_id
+            ),
+            remedy: "Check the stream exists and its limits; the input is handed back for \
+                     redelivery."
+                .into(),
+            resource: Some(publication.msg_id.clone()),
+        }
+    }
+
+    fn give_up(
+        &self,
+        publication: &Publication,
+        failure: &Attempt,
+        attempts: u32,
+        stopped: bool,
+    ) -> BrokerError {
+        match failure {
+            Attempt::Rejected { reason, .. } if stopped => self.rejected(publication, reason),
+            Attempt::Rejected { reason, .. } => BrokerError::Unavailable {
+                message: format!(
+                    "{}: publication {} still refused after {attempts} attempts: {reason}",
+                    self.node, publication.msg_id
+                ),
+                remedy: "The stream is full; slow the producer or raise the stream limits.".into(),
+                resource: Some(publication.msg_id.clone()),
+            },
+            _ => self.unconfirmed(publication, failure),
+        }
+    }
+
+    fn unconfirmed(&self, publication: &Publication, failure: &Attempt) -> BrokerError {
+        let reason = match failure {
+            Attempt::NoReceipt { reason } | Attempt::Rejected { reason, .. } => reason.clone(),
+            Attempt::Stored { .. } => String::new(),
+        };
+        BrokerError::Unavailable {
+            message: format!(
+                "{}: publication {} could not be confirmed ({reason})",
+                self.node, publication.msg_id
+            ),
+            remedy: "The input is handed back for redelivery; the retry re-publishes the same \
+                     message id, which the broker deduplicates."
+                .into(),
+            resource: Some(publication.msg_id.clone()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deliv_5_backoff_schedule() {
+        let secs: Vec<f64> = (0..7).map(|i| backoff(i).as_secs_f64()).collect();
+        assert_eq!(secs, vec![0.05, 0.1, 0.2, 0.5, 1.0, 1.0, 1.0]);
+    }
+
+    #[test]
+    fn deliv_5_retryable_texts() {
+        assert!(is_retryable_rejection(
+            Some(400),
+            "maximum messages exceeded (code 400, error code 10077)"
+        ));
+        assert!(is_retryable_rejection(Some(503), "anything"));
+        assert!(is_retryable_rejection(
+            None,
+            "JetStream system Temporarily Unavailable"
+        ));
+        assert!(!is_retryable_rejection(
+            Some(400),
+            "message size exceeds maximum allowed"
+        ));
+    }
+
+    #[test]
+    fn wire_2_and_msgid_1_headers() {
+        let p = Publication::envelope("vf.f.r.n", "abc", Bytes::from_static(b"x"))
+            .with_header("VF-Note", "a\r\nb");
+        let map = p.header_map().expect("valid headers");
+        assert_eq!(map.get(HEADER_MSG_ID).map(|v| v.as_str()), Some("abc"));
+        assert_eq!(map.get(HEADER_ENVELOPE).map(|v| v.as_str()), Some("4"));
+        assert_eq!(map.get("VF-Note").map(|v| v.as_str()), Some("a  b"));
+        assert!(
+            Publication::raw("s", "id", Bytes::new())
+                .header_map()
+                .expect("valid")
+                .get(HEADER_ENVELOPE)
+                .is_none()
+        );
+    }
+}

@@ -1,0 +1,559 @@
+//! Inbound: one pull loop per (parent, data|terminator) subscription feeding a bounded local
+//! queue, the keepalive ticker, and the hand-back on close (§8.4, DELIV-1, DELIV-3).
+//!
+//! Why permit-before-fetch: a message fetched into a full queue would sit leased in the
+//! loop's hands — a lease STREAM-15's credit (`item_credit + prefetch`) does not account for.
+//! So each loop first takes a queue slot (a semaphore permit, capacity 4), then waits for the
+//! byte budget, and only then fetches one message with a 1 s expiry. The permit travels with
+//! the queued delivery and is returned when the receiver takes it out, so "room in the queue"
+//! is exact. From the moment it is fetched until it is resolved, a delivery sits in the held
+//! set, where the ticker renews its lease every `max(1 s, ack_wait / 3)`: nothing ages past
+//! `ack_wait` while parked or processed, and close knows exactly what to hand back.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::{self, AckKind};
+use futures::StreamExt;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::connect::Broker;
+use super::delivery::{
+    ACK_CONFIRM_TIMEOUT, Core, Delivery, DeliveryHandle, DeliveryKind, Settlement,
+};
+use super::durables::BoundDurable;
+use super::held::{HeldSet, HoldKey, keepalive_period};
+
+/// Local queue depth per subscription (STREAM-15 `prefetch`, §8.4), data and terminators.
+pub const QUEUE_CAPACITY: usize = 4;
+/// How long one pull request waits for a message (§8.4).
+pub const FETCH_EXPIRY: Duration = Duration::from_secs(1);
+/// How often the keepalive ticker looks for due renewals; fine enough that a 1 s period
+/// renews well inside a 2 s `ack_wait`.
+pub const KEEPALIVE_TICK: Duration = Duration::from_millis(250);
+/// Pause after a failed fetch before the loop tries again.
+pub const FETCH_ERROR_PAUSE: Duration = Duration::from_millis(500);
+/// Extra time close gives a pull loop to finish the fetch it has in flight, so a message the
+/// server already dispatched is handed back rather than left leased.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// How long close waits for the hand-back NAKs to reach the server.
+pub const CLOSE_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An admission decision, made in the pull loop before a delivery is queued (PART-4,
+/// DELIV-16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Queue it for the receiver.
+    Queue,
+    /// Not ours (another replica owns it, or a replay addressed elsewhere): ack it at once
+    /// (ack-sync) and never queue it.
+    AckAndSkip,
+}
+
+/// Decides from headers and a payload-free peek. Runs on the pull loop: keep it cheap and
+/// non-blocking; when in doubt (bytes it cannot parse) return [`Admit::Queue`].
+pub type AdmissionFilter = Arc<dyn Fn(&Delivery) -> Admit + Send + Sync>;
+
+/// Called after a skip's ack was *confirmed* (an unconfirmed skip calls nothing: the
+/// redelivery repeats the decision). Runs on the pull loop: spawn anything slow.
+pub type SkipHook = Arc<dyn Fn(&Delivery) + Send + Sync>;
+
+/// The admission hook of one subscription.
+#[derive(Clone)]
+pub struct Admission {
+    /// The decision.
+    pub filter: AdmissionFilter,
+    /// What to do after a confirmed skip (EOS-7 received set, BLOB-6 share release).
+    pub on_skipped: Option<SkipHook>,
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admission")
+            .field("on_skipped", &self.on_skipped.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What to subscribe: a bound durable, whose parent and kind it serves.
+#[derive(Debug, Clone)]
+pub struct SubscriptionSpec {
+    /// Parent index (in `VF_PARENT_NAMES` order), copied into every delivery.
+    pub parent: usize,
+    /// Data or terminator.
+    pub kind: DeliveryKind,
+    /// The durable to fetch from; its *effective* `ack_wait` sets the keepalive period.
+    pub durable: BoundDurable,
+    /// Local queue depth ([`QUEUE_CAPACITY`] unless a test says otherwise).
+    pub capacity: usize,
+    /// Optional admission hook (data subscriptions of partitioned nodes, replays).
+    pub admission: Option<Admission>,
+}
+
+impl SubscriptionSpec {
+    /// A subscription with the protocol's queue depth and no admission hook.
+    pub fn new(parent: usize, kind: DeliveryKind, durable: BoundDurable) -> Self {
+        SubscriptionSpec {
+            parent,
+            kind,
+            durable,
+            capacity: QUEUE_CAPACITY,
+            admission: None,
+        }
+    }
+
+    /// Adds an admission hook.
+    #[must_use]
+    pub fn with_admission(mut self, admission: Admission) -> Self {
+        self.admission = Some(admission);
+        self
+    }
+}
+
+/// Receiver-wide settings.
+#[derive(Debug, Clone, Copy)]
+pub struct InboxConfig {
+    /// `VF_PREFETCH_BYTES`: the most payload bytes held unresolved (parked or handed out)
+    /// before the pull loops pause; a fetch already in flight may exceed it by one message.
+    pub byte_budget: Option<u64>,
+    /// Pull request expiry ([`FETCH_EXPIRY`]).
+    pub fetch_expiry: Duration,
+    /// Ack confirmation wait ([`ACK_CONFIRM_TIMEOUT`]).
+    pub ack_confirm: Duration,
+    /// Keepalive ticker granularity ([`KEEPALIVE_TICK`]).
+    pub keepalive_tick: Duration,
+}
+
+impl Default for InboxConfig {
+    fn default() -> Self {
+        InboxConfig {
+            byte_budget: None,
+            fetch_expiry: FETCH_EXPIRY,
+            ack_confirm: ACK_CONFIRM_TIMEOUT,
+            keepalive_tick: KEEPALIVE_TICK,
+        }
+    }
+}
+
+/// A delivery parked in a local queue, with the queue slot it occupies.
+struct Parked {
+    delivery: Delivery,
+    _slot: OwnedSemaphorePermit,
+}
+
+/// One subscription's local state.
+struct Lane {
+    parent: usize,
+    kind: DeliveryKind,
+    label: String,
+    queue: Mutex<VecDeque<Parked>>,
+    slots: Arc<Semaphore>,
+    skipped: AtomicU64,
+}
+
+impl Lane {
+    fn queue(&self) -> MutexGuard<'_, VecDeque<Parked>> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Everything a pull loop needs.
+struct LoopContext {
+    index: usize,
+    lane: Arc<Lane>,
+    core: Arc<Core>,
+    consumer: PullConsumer,
+    period: Duration,
+    admission: Option<Admission>,
+    arrived: Arc<Notify>,
+    stop: watch::Receiver<bool>,
+    config: InboxConfig,
+}
+
+/// The receiving side of the broker: subscriptions, their pull loops and queues, keepalive.
+///
+/// The receive loop calls [`Inbox::recv`]; the task loop settles the handles it was given;
+/// shutdown calls [`Inbox::quiesce`] (SIGTERM: hand back what is parked) and/or
+/// [`Inbox::close`] (hand back everything still held).
+pub struct Inbox {
+    broker: Broker,
+    core: Arc<Core>,
+    config: InboxConfig,
+    lanes: Vec<Arc<Lane>>,
+    loops: Vec<JoinHandle<()>>,
+    keepalive: Option<JoinHandle<()>>,
+    arrived: Arc<Notify>,
+    stop_pulling: watch::Sender<bool>,
+    closed: bool,
+}
+
+impl std::fmt::Debug for Inbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inbox")
+            .field("subscriptions", &self.lanes.len())
+            .field("held", &self.core.held.len())
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inbox {
+    /// A receiver on `broker` with no subscriptions yet; starts the keepalive ticker, so it
+    /// must be called inside a Tokio runtime.
+    pub fn new(broker: &Broker, config: InboxConfig) -> Self {
+        let core = Arc::new(Core {
+            held: HeldSet::default(),
+            client: broker.client().clone(),
+            ack_confirm: config.ack_confirm,
+        });
+        let (stop_pulling, _) = watch::channel(false);
+        let keepalive = tokio::spawn(keepalive_loop(core.clone(), config.keepalive_tick));
+        Inbox {
+            broker: broker.clone(),
+            core,
+            config,
+            lanes: Vec::new(),
+            loops: Vec::new(),
+            keepalive: Some(keepalive),
+            arrived: Arc::new(Notify::new()),
+            stop_pulling,
+            closed: false,
+        }
+    }
+
+    /// Starts pulling from `spec.durable` into its own bounded queue; returns the
+    /// subscription index deliveries carry. A closed or quiesced inbox starts no loop.
+    pub fn subscribe(&mut self, spec: SubscriptionSpec) -> usize {
+        let index = self.lanes.len();
+        let lane = Arc::new(Lane {
+            parent: spec.parent,
+            kind: spec.kind,
+            label: spec.durable.label(),
+            queue: Mutex::new(VecDeque::with_capacity(spec.capacity)),
+            slots: Arc::new(Semaphore::new(spec.capacity.max(1))),
+            skipped: AtomicU64::new(0),
+        });
+        self.lanes.push(lane.clone());
+        if self.closed || *self.stop_pulling.borrow() {
+            return index;
+        }
+        let context = LoopContext {
+            index,
+            lane,
+            core: self.core.clone(),
+            consumer: spec.durable.consumer().clone(),
+            period: keepalive_period(spec.durable.ack_wait()),
+            admission: spec.admission,
+            arrived: self.arrived.clone(),
+            stop: self.stop_pulling.subscribe(),
+            config: self.config,
+        };
+        self.loops.push(tokio::spawn(pull_loop(context)));
+        index
+    }
+
+    /// Takes every delivery parked right now, from every queue (T18: fold everything).
+    pub fn try_recv(&self) -> Vec<Delivery> {
+        let mut out = Vec::new();
+        for lane in &self.lanes {
+            let parked: Vec<Parked> = lane.queue().drain(..).collect();
+            // Dropping each `Parked` returns its queue slot to the pull loop.
+            out.extend(parked.into_iter().map(|p| p.delivery));
+        }
+        out
+    }
+
+    /// Waits up to `wait` for any queue to hold a delivery, then returns every delivery
+    /// parked at that moment (data and terminators alike); empty after `wait` or once closed.
+    pub async fn recv(&self, wait: Duration) -> Vec<Delivery> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let ready = self.try_recv();
+            if !ready.is_empty() || self.closed {
+                return ready;
+            }
+            if tokio::time::timeout_at(deadline, self.arrived.notified())
+                .await
+                .is_err()
+            {
+                return self.try_recv();
+            }
+        }
+    }
+
+    /// Deliveries parked in one subscription's queue (JOIN-21a needs "empty local queue").
+    pub fn queued(&self, subscription: usize) -> usize {
+        self.lanes.get(subscription).map_or(0, |l| l.queue().len())
+    }
+
+    /// Deliveries parked in every queue of `parent` (data and terminator).
+    pub fn queued_for_parent(&self, parent: usize) -> usize {
+        self.lanes
+            .iter()
+            .filter(|l| l.parent == parent)
+            .map(|l| l.queue().len())
+            .sum()
+    }
+
+    /// Deliveries the admission hook skipped with a confirmed ack, on one subscription.
+    pub fn skipped(&self, subscription: usize) -> u64 {
+        self.lanes
+            .get(subscription)
+            .map_or(0, |l| l.skipped.load(Ordering::Relaxed))
+    }
+
+    /// Deliveries held unresolved (parked or handed out).
+    pub fn held(&self) -> usize {
+        self.core.held.len()
+    }
+
+    /// Payload bytes held unresolved (what `VF_PREFETCH_BYTES` bounds).
+    pub fn resident_bytes(&self) -> u64 {
+        self.core.held.resident()
+    }
+
+    /// Stops every pull loop (letting an in-flight fetch land and be handed back) and NAKs,
+    /// without delay, every delivery still *parked*; handed-out deliveries stay held and
+    /// renewed for the task to settle. The quiesce half of a SIGTERM. Returns how many
+    /// parked deliveries were handed back. Idempotent.
+    pub async fn quiesce(&mut self) -> usize {
+        let _ = self.stop_pulling.send(true);
+        let grace = self.config.fetch_expiry + CLOSE_GRACE;
+        let loops = std::mem::take(&mut self.loops);
+        futures::future::join_all(loops.into_iter().map(|mut task| async move {
+            if tokio::time::timeout(grace, &mut task).await.is_err() {
+                task.abort();
+            }
+        }))
+        .await;
+        let mut handed_back = 0;
+        for delivery in self.try_recv() {
+            if delivery.handle.nak(None).await == Settlement::Sent {
+                handed_back += 1;
+            }
+        }
+        if handed_back > 0 && !self.broker.flush(CLOSE_FLUSH_TIMEOUT).await {
+            tracing::debug!("hand-back NAKs not flushed at quiesce");
+        }
+        handed_back
+    }
+
+    /// Stops pulling and hands back (NAK, no delay) every delivery still held — parked,
+    /// handed out, held terminators — so survivors get them at once (DELIV-1); stops the
+    /// keepalive. Handles settled afterwards are no-ops. Returns how many were handed back.
+    /// Idempotent.
+    pub async fn close(&mut self) -> usize {
+        if self.closed {
+            return 0;
+        }
+        let mut handed_back = self.quiesce().await;
+        self.closed = true;
+        if let Some(ticker) = self.keepalive.take() {
+            ticker.abort();
+        }
+        for reply in self.core.held.drain() {
+            match self
+                .core
+                .client
+                .publish(reply, AckKind::Nak(None).into())
+                .await
+            {
+                Ok(()) => handed_back += 1,
+                Err(e) => tracing::debug!(error = %e, "hand-back NAK failed at close"),
+            }
+        }
+        if !self.broker.flush(CLOSE_FLUSH_TIMEOUT).await {
+            tracing::debug!("hand-back NAKs not flushed at close");
+        }
+        if handed_back > 0 {
+            tracing::info!(handed_back, "handed back unsettled deliveries at close");
+        }
+        self.arrived.notify_waiters();
+        handed_back
+    }
+}
+
+impl Drop for Inbox {
+    /// Without `close()` nothing can be NAKed here (no async in drop): the tasks stop and
+    /// the leases lapse after `ack_wait`, as for a crashed process.
+    fn drop(&mut self) {
+        for task in &self.loops {
+            task.abort();
+        }
+        if let Some(ticker) = &self.keepalive {
+            ticker.abort();
+        }
+    }
+}
+
+/// Renews every held delivery whose period has passed (DELIV-3).
+async fn keepalive_loop(core: Arc<Core>, tick: Duration) {
+    let mut ticker = tokio::time::interval(tick);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        for reply in core.held.due(Instant::now()) {
+            if let Err(e) = core.client.publish(reply, AckKind::Progress.into()).await {
+                tracing::debug!(error = %e, "keepalive in_progress failed");
+            }
+        }
+    }
+}
+
+/// Resolves when `stop` turns true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Fetches at most one message, waiting up to `expiry`.
+async fn fetch_one(
+    consumer: &PullConsumer,
+    expiry: Duration,
+) -> Result<Option<jetstream::Message>, String> {
+    let mut batch = consumer
+        .batch()
+        .max_messages(1)
+        .expires(expiry)
+        .messages()
+        .await
+        .map_err(|e| e.to_string())?;
+    match batch.next().await {
+        Some(Ok(message)) => Ok(Some(message)),
+        Some(Err(e)) => Err(e.to_string()),
+        None => Ok(None),
+    }
+}
+
+/// The pull loop of one subscription.
+async fn pull_loop(mut cx: LoopContext) {
+    loop {
+        if *cx.stop.borrow() {
+            return;
+        }
+        // 1. Room in the local queue first.
+        let slot = tokio::select! {
+            slot = cx.lane.slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
+            () = stopped(&mut cx.stop) => return,
+        };
+        // 2. Then the byte budget.
+        if let Some(budget) = cx.config.byte_budget {
+            while cx.core.held.resident() >= budget {
+                tokio::select! {
+                    () = cx.core.held.released.notified() => {}
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    () = stopped(&mut cx.stop) => return,
+                }
+            }
+        }
+        // 3. Then one fetch, never cancelled midway: a message the server dispatched must
+        //    end up held (and handed back at close), not dropped in a client buffer.
+        let message = match fetch_one(&cx.consumer, cx.config.fetch_expiry).await {
+            Ok(Some(message)) => message,
+            Ok(None) => continue,
+            Err(e) => {
+                if *cx.stop.borrow() {
+                    return;
+                }
+                tracing::warn!(durable = %cx.lane.label, error = %e, "pull fetch failed");
+                tokio::select! {
+                    () = tokio::time::sleep(FETCH_ERROR_PAUSE) => {}
+                    () = stopped(&mut cx.stop) => return,
+                }
+                continue;
+            }
+        };
+        let Some(delivery) = hold(&cx, message) else {
+            continue;
+        };
+        if *cx.stop.borrow() {
+            // Fetched while stopping: nobody will receive it here; hand it back now.
+            let _ = delivery.handle.nak(None).await;
+            continue;
+        }
+        if let Some(admission) = &cx.admission
+            && (admission.filter)(&delivery) == Admit::AckAndSkip
+        {
+            skip(&cx, admission, &delivery).await;
+            continue;
+        }
+        cx.lane.queue().push_back(Parked {
+            delivery,
+            _slot: slot,
+        });
+        cx.arrived.notify_one();
+    }
+}
+
+/// Puts a fetched message in the held set and builds its [`Delivery`]; `None` (with a
+/// warning) for a message without JetStream metadata, which cannot be settled.
+fn hold(cx: &LoopContext, message: jetstream::Message) -> Option<Delivery> {
+    let (stream_seq, num_delivered) = match message.info() {
+        Ok(info) => (
+            info.stream_sequence,
+            u64::try_from(info.delivered).unwrap_or(1),
+        ),
+        Err(e) => {
+            tracing::warn!(durable = %cx.lane.label, error = %e, "fetched message without JetStream metadata; ignored");
+            return None;
+        }
+    };
+    let message = message.message;
+    let reply = message.reply?;
+    let headers = message
+        .headers
+        .as_ref()
+        .map(|h| {
+            h.iter()
+                .filter_map(|(name, values)| {
+                    values
+                        .first()
+                        .map(|v| (name.to_string(), v.as_str().to_owned()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let key = HoldKey {
+        subscription: cx.index,
+        stream_seq,
+    };
+    let size = u64::try_from(message.payload.len()).unwrap_or(u64::MAX);
+    let (token, superseded_older) = cx.core.held.insert(key, reply, size, cx.period);
+    Some(Delivery {
+        parent: cx.lane.parent,
+        kind: cx.lane.kind,
+        subscription: cx.index,
+        subject: message.subject.to_string(),
+        payload: message.payload,
+        headers,
+        stream_seq,
+        num_delivered,
+        superseded_older,
+        handle: DeliveryHandle::new(cx.core.clone(), key, token),
+    })
+}
+
+/// Acks a delivery the admission hook refused; only a confirmed ack counts and calls the
+/// hook. An unconfirmed one is dropped from the held set, so the broker redelivers it after
+/// `ack_wait` if the ack was lost, and the hook decides again.
+async fn skip(cx: &LoopContext, admission: &Admission, delivery: &Delivery) {
+    match delivery.handle.ack().await {
+        Settlement::Confirmed => {
+            cx.lane.skipped.fetch_add(1, Ordering::Relaxed);
+            if let Some(hook) = &admission.on_skipped {
+                hook(delivery);
+            }
+        }
+        other => tracing::debug!(
+            durable = %cx.lane.label, stream_seq = delivery.stream_seq, outcome = ?other,
+            "skip ack not confirmed; the redelivery decides again"
+        ),
+    }
+}
