@@ -1,9 +1,11 @@
 //! `videoflow-worker`: parses arguments and wires; the work lives in the library and in
 //! `videoflow-core`.
 //!
-//! Today it validates and compiles Flow files; the node runtime (default mode), `provision`
-//! and `run` land with issues #3, #5 and #6.
+//! Without a subcommand it runs one node replica from its `VF_*` environment (what control
+//! planes start); `validate` and `compile` check Flow files. `provision` and `run` land with
+//! issues #5 and #6.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -13,17 +15,23 @@ use videoflow_core::compile::compile;
 use videoflow_core::errors::EXIT_USER;
 use videoflow_core::load::parse_flow;
 use videoflow_core::validate::{Diagnostic, has_errors, validate_flow};
+use videoflow_worker::runtime::Signals;
 
 /// Runs videoflow nodes; also checks and compiles Flow files.
 #[derive(Parser)]
 #[command(
     name = "videoflow-worker",
     version,
-    about = "videoflow worker: checks and compiles Flow files (node runtime, provision and local run are coming)"
+    about = "videoflow worker: runs one node replica from its VF_* environment (no subcommand), or checks and compiles Flow files",
+    long_about = "Runs one videoflow node replica when started without a subcommand: the node, its \
+parents and its broker come from VF_* environment variables (VF_NODE_NAME, VF_NODE_KIND, \
+VF_NODE_CLASS, VF_PARENT_NAMES, VF_FLOW_ID, VF_RUN_ID, VF_NATS_URL, ...), which the operator and \
+the local runner render. Exit codes: 0 done, 2 user error, 3 environment, 4 flow failed, \
+5 stalled, 143 SIGTERM; the reason is written as JSON to VF_TERMINATION_LOG."
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand)]
@@ -45,7 +53,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    let Some(command) = cli.command else {
+        return run_node();
+    };
+    match run(command) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("ERROR [VF_CONFIG]: {e:#}");
@@ -54,8 +66,78 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {
+/// The default mode: one node replica. Panics exit 1, never 101 (§15.4).
+fn run_node() -> ExitCode {
+    init_logging();
+    std::panic::set_hook(Box::new(|info| {
+        tracing::error!("panic: {info}");
+        eprintln!("panic: {info}");
+        std::process::exit(1);
+    }));
+    let vars: BTreeMap<String, String> = std::env::vars().collect();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(async {
+        let signals = Signals::default();
+        watch_signals(&signals);
+        videoflow_worker::runtime::run_node(&vars, signals).await
+    });
+    // Pull loops and timers may still be winding down; the exit status is decided.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// SIGTERM quiesces (START-2), SIGINT interrupts (START-3).
+fn watch_signals(signals: &Signals) {
+    use tokio::signal::unix::{SignalKind, signal};
+    for (kind, flag, reason) in [
+        (SignalKind::terminate(), signals.quiesce.clone(), "quiesce"),
+        (
+            SignalKind::interrupt(),
+            signals.interrupt.clone(),
+            "interrupt",
+        ),
+    ] {
+        match signal(kind) {
+            Ok(mut stream) => {
+                tokio::spawn(async move {
+                    while stream.recv().await.is_some() {
+                        tracing::info!("signal: {reason}");
+                        flag.set(reason);
+                    }
+                });
+            }
+            Err(e) => tracing::warn!("cannot watch {reason} signals: {e}"),
+        }
+    }
+}
+
+/// Human logs on stderr, or one JSON object per line when `VF_STRUCTURED_LOGS` is set.
+fn init_logging() {
+    let structured = std::env::var("VF_STRUCTURED_LOGS")
+        .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes"));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("VF_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if structured {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
         Command::Validate { flow } => {
             let text = read(&flow)?;
             let diags = match parse_flow(&text) {

@@ -1,0 +1,310 @@
+//! One node replica from its `VF_*` environment: the startup order of START-1, then the
+//! producer loop or the processor/consumer loop, then the exit path (§15.4).
+//!
+//! - [`output`] — encode, offload and publish this node's envelopes.
+//! - [`settle`] — acks, the failure ladder and the join's resolutions.
+//! - [`receive`] — the receive loop: join, terminators, drain (§8.4, §9).
+//! - [`produce`] — the producer loop (LOOP-2).
+//! - [`process`] — the processor and consumer loop (LOOP-3/4).
+//!
+//! Not yet here (issue #4): the health server, the progress watchdog, GPU and asset checks,
+//! the fault schedule. Not yet here (issue #5): the runtime ledger (memory only).
+
+mod output;
+mod process;
+mod produce;
+mod receive;
+mod settle;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use videoflow_core::errors::{EXIT_INTERRUPTED, EXIT_TERMINATED, ErrorCode, VfError};
+
+use crate::blob::{self, BlobStore};
+use crate::broker::{
+    self, Broker, DeliveryKind, DurableRequest, Inbox, InboxConfig, PublishMode, Publisher,
+    StopFlag, SubscriptionSpec,
+};
+use crate::config::WorkerConfig;
+use crate::delivery::Breaker;
+use crate::emit::Emitter;
+use crate::idempotency::IdempotencyStore;
+use crate::join::{JoinAssembler, SystemClock};
+use crate::nodes::{BuiltNode, NodeContext, build_node};
+use output::Output;
+use process::{Loop, LoopEnd, Sink};
+use produce::ProducerEnd;
+use receive::Receiver;
+use settle::Settler;
+
+/// Default `VF_TERMINATION_LOG`.
+pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
+
+/// The process-wide flags the loops check every iteration.
+#[derive(Debug, Clone, Default)]
+pub struct Signals {
+    /// The control stop (CTRL-1), set by the control subscription.
+    pub stop: StopFlag,
+    /// SIGTERM: quiesce and exit 143 (START-2).
+    pub quiesce: StopFlag,
+    /// SIGINT: a producer ends as at end of input; others ignore it (START-3).
+    pub interrupt: StopFlag,
+}
+
+/// Runs one node from `vars` (the process environment, injected) and returns the exit status.
+/// Every typed failure is logged, written to the termination log and mapped to its class's
+/// exit code.
+pub async fn run_node(vars: &BTreeMap<String, String>, signals: Signals) -> i32 {
+    let termination_log = vars
+        .get("VF_TERMINATION_LOG")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| PathBuf::from(DEFAULT_TERMINATION_LOG), PathBuf::from);
+    match start(vars, &signals).await {
+        Ok(code) => code,
+        Err(e) => crate::termination::report(&termination_log, &e),
+    }
+}
+
+/// The worker's life from configuration to a clean exit status, or the error that ended it.
+async fn start(vars: &BTreeMap<String, String>, signals: &Signals) -> Result<i32, VfError> {
+    // START-1 step 2: configuration, before any connection.
+    let cfg = Arc::new(WorkerConfig::from_env(vars)?);
+    tracing::info!(node = %cfg.node_name, kind = %cfg.kind.as_str(), replica = cfg.replica_id(), flow = %cfg.flow_id, run = %cfg.run_id, "starting");
+    // Step 4: the payload store.
+    let blob = match &cfg.blob_url {
+        Some(url) => Some(BlobStore::connect(
+            url,
+            cfg.blob_ttl_seconds,
+            cfg.blob_readers,
+        )?),
+        None => None,
+    };
+    // Step 5: the node.
+    let class = cfg.node_class.clone().ok_or_else(|| {
+        VfError::new(ErrorCode::Config, "VF_NODE_CLASS is required.")
+            .with_remedy("Set VF_NODE_CLASS to a built-in node class, e.g. videoflow.processors.basic.IdentityProcessor (`videoflow-worker --help` lists the control-plane commands that render it).")
+    })?;
+    let node = build_node(&class, cfg.kind, &cfg.node_params)?;
+    // Step 8: the broker.
+    let broker = broker::connect(&cfg.nats_url).await?;
+    let _control =
+        broker::subscribe_control(&broker, &cfg.flow_id, &cfg.run_id, &signals.stop).await?;
+    broker::ensure_node_stream(
+        &broker,
+        &cfg.flow_id,
+        &cfg.run_id,
+        &cfg.node_name,
+        cfg.is_realtime(),
+        None,
+    )
+    .await?;
+    let replica = u32::try_from(cfg.replica_id()).unwrap_or(0);
+    let mut ctx = NodeContext::new(&cfg.flow_id, &cfg.run_id, &cfg.node_name, replica);
+    let output = output_for(&cfg, &broker, blob.clone(), signals, replica)?;
+    if signals.interrupt.is_set() {
+        return Ok(EXIT_INTERRUPTED); // START-3: SIGINT before the loop
+    }
+    match node {
+        BuiltNode::Producer(mut producer) => {
+            let mut output = output;
+            match produce::run(&cfg, producer.as_mut(), &mut ctx, &mut output, signals).await? {
+                ProducerEnd::Finished => Ok(0),
+                ProducerEnd::Quiesced => Ok(EXIT_TERMINATED),
+            }
+        }
+        BuiltNode::Processor(mut processor) => {
+            processor.check_inputs(cfg.parent_names.len())?;
+            let mut lp = build_loop(&cfg, &broker, blob, output, signals).await?;
+            finish(
+                lp.run(Sink::Processor(processor.as_mut()), &mut ctx)
+                    .await?,
+            )
+        }
+        BuiltNode::Consumer {
+            node: mut consumer,
+            options,
+        } => {
+            consumer.check_inputs(cfg.parent_names.len())?;
+            let idem = match (&cfg.blob_url, options.idempotent) {
+                (Some(url), true) => Some(IdempotencyStore::connect(url)?),
+                (None, true) => {
+                    tracing::warn!(
+                        "idempotent consumer without a store: effects may repeat after a redelivery"
+                    );
+                    None
+                }
+                _ => None,
+            };
+            let mut lp = build_loop(&cfg, &broker, blob, output, signals).await?;
+            finish(
+                lp.run(Sink::Consumer(consumer.as_mut(), idem), &mut ctx)
+                    .await?,
+            )
+        }
+    }
+}
+
+fn finish(end: LoopEnd) -> Result<i32, VfError> {
+    Ok(match end {
+        LoopEnd::Finished => 0,
+        LoopEnd::Quiesced => EXIT_TERMINATED,
+    })
+}
+
+/// The publishing side: emitter, mode (DELIV-4/5) and the inline threshold (BLOB-1).
+fn output_for(
+    cfg: &WorkerConfig,
+    broker: &Broker,
+    blob: Option<BlobStore>,
+    signals: &Signals,
+    replica: u32,
+) -> Result<Output, VfError> {
+    let configured = std::env::var("VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(blob::DEFAULT_MAX_INLINE_PAYLOAD_BYTES);
+    let max_payload = Some(broker.client().server_info().max_payload as u64);
+    let threshold = blob::threshold_for(&cfg.node_name, configured, max_payload, blob.is_some())?;
+    Ok(Output::new(
+        Emitter::new(&cfg.flow_id, &cfg.run_id, &cfg.node_name, replica),
+        Publisher::new(broker, cfg.node_name.clone()),
+        PublishMode::for_flow(cfg.is_realtime()),
+        blob,
+        threshold,
+        signals.stop.clone(),
+    ))
+}
+
+/// START-1 step 8 for a node with parents: parent streams, data durables (credit check,
+/// STREAM-15), EOS durables, the join with its group cap (JOIN-5a), the inbox.
+async fn build_loop<'a>(
+    cfg: &'a Arc<WorkerConfig>,
+    broker: &Broker,
+    blob: Option<BlobStore>,
+    output: Output,
+    signals: &'a Signals,
+) -> Result<Loop<'a>, VfError> {
+    let policy = cfg.join_policy.clone();
+    let credit = cfg.credit();
+    let mut durables = Vec::new();
+    let mut inbox = Inbox::new(
+        broker,
+        InboxConfig {
+            byte_budget: cfg.prefetch_bytes.and_then(|b| u64::try_from(b).ok()),
+            ..InboxConfig::default()
+        },
+    );
+    let instance = format!("r{}-{}", cfg.replica_id(), &output.emitter.epoch()[..8]);
+    let mut group_cap = 0usize;
+    for (i, parent) in cfg.parent_names.iter().enumerate() {
+        broker::ensure_node_stream(
+            broker,
+            &cfg.flow_id,
+            &cfg.run_id,
+            parent,
+            cfg.is_realtime(),
+            None,
+        )
+        .await?;
+        let bound =
+            broker::bind_data_durable(broker, &DurableRequest::data_for(cfg, parent, false))
+                .await?;
+        let effective = bound.max_ack_pending();
+        if cfg.parent_names.len() >= 2 && effective > 0 && effective < credit.item_credit {
+            return Err(VfError::new(
+                ErrorCode::Capability,
+                format!(
+                    "{}: the durable for parent '{parent}' admits {effective} un-acked deliveries, but the join policy needs a working set of {} (max_pending × halves + 1); an adversarial parent ordering could fill the credit with halves that never complete.",
+                    cfg.node_name, credit.item_credit
+                ),
+            )
+            .with_remedy("Re-provision the flow so the durable gets the join's credit, or lower join.maxPending."));
+        }
+        group_cap += usize::try_from(if effective > 0 {
+            effective
+        } else {
+            credit.max_ack_pending
+        })
+        .unwrap_or(0);
+        let eos = broker::create_eos_durable(
+            broker,
+            &cfg.flow_id,
+            &cfg.run_id,
+            &cfg.node_name,
+            parent,
+            &instance,
+        )
+        .await?;
+        inbox.subscribe(SubscriptionSpec::new(i, DeliveryKind::Data, bound.clone()));
+        inbox.subscribe(SubscriptionSpec::new(i, DeliveryKind::Terminator, eos));
+        durables.push(bound);
+    }
+    if cfg.has_children {
+        broker::ensure_eos_anchor(broker, &cfg.flow_id, &cfg.run_id, &cfg.node_name).await?;
+    }
+    broker::ensure_dlq_stream(broker, &cfg.flow_id, None).await?;
+    let join = JoinAssembler::new(
+        &cfg.node_name,
+        &cfg.parent_names,
+        &policy,
+        Some(group_cap.max(1)),
+        Arc::new(SystemClock::new()),
+    )
+    .map_err(|e| VfError::new(ErrorCode::Unknown, e.to_string()))?;
+    let max_deliver = durables
+        .first()
+        .map_or(cfg.max_deliver(false), |d| d.max_deliver());
+    let settler = Settler::new(broker.clone(), cfg, max_deliver, blob.clone());
+    let receiver = Receiver::new(
+        cfg.clone(),
+        broker.clone(),
+        inbox,
+        join,
+        durables,
+        blob,
+        signals.stop.clone(),
+    );
+    Ok(Loop {
+        cfg,
+        receiver,
+        settler,
+        output,
+        breaker: Breaker::new(cfg.breaker_threshold),
+        signals,
+    })
+}
+
+/// Wall clock, epoch seconds (LOOP-10 fallback, JOIN-11).
+pub(crate) fn wall_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// ERR-2: an error outside the runtime classes is wrapped by the disposition `VF_ON_ERROR`
+/// gives it, keeping its text; context names the node (and the message being processed).
+pub(crate) fn wrap_node_error(e: VfError, cfg: &WorkerConfig, at: Option<(&str, i128)>) -> VfError {
+    let mut e = if e.code.is_a(ErrorCode::Runtime)
+        || e.code.is_a(ErrorCode::User)
+        || e.code.is_a(ErrorCode::Environment)
+    {
+        e
+    } else {
+        let d = crate::delivery::classify(&e, cfg.on_error);
+        let mut wrapped = VfError::new(ErrorCode::for_disposition(d), e.message.clone());
+        wrapped.remedy = e.remedy.clone();
+        wrapped.context = e.context.clone();
+        wrapped
+    };
+    e = e
+        .with_context("node", cfg.node_name.clone())
+        .with_context("replica", cfg.replica_id());
+    if let Some((trace_id, seq)) = at {
+        e = e
+            .with_context("trace_id", trace_id.to_owned())
+            .with_context("seq", seq.to_string());
+    }
+    e
+}

@@ -1,0 +1,101 @@
+//! Publishing this node's output: encode once, offload above the inline limit, publish under
+//! the content-derived id, count what was stored (WIRE-4, BLOB-1/2, MSGID-1, DELIV-4/5, EOS-7).
+
+use bytes::Bytes;
+use videoflow_core::envelope::{self, Envelope, Payload, WireError};
+use videoflow_core::errors::VfError;
+
+use crate::blob::{self, BlobStore};
+use crate::broker::{Publication, PublishMode, PublishOutcome, Publisher, StopFlag};
+use crate::emit::Emitter;
+
+/// Everything needed to put one envelope on the broker.
+pub(crate) struct Output {
+    pub(crate) emitter: Emitter,
+    publisher: Publisher,
+    mode: PublishMode,
+    blob: Option<BlobStore>,
+    threshold: usize,
+    stop: StopFlag,
+    /// Live publications the broker refused (DELIV-4), for the summary and metrics.
+    pub(crate) discarded: u64,
+}
+
+impl Output {
+    pub(crate) fn new(
+        emitter: Emitter,
+        publisher: Publisher,
+        mode: PublishMode,
+        blob: Option<BlobStore>,
+        threshold: usize,
+        stop: StopFlag,
+    ) -> Self {
+        Output {
+            emitter,
+            publisher,
+            mode,
+            blob,
+            threshold,
+            stop,
+            discarded: 0,
+        }
+    }
+
+    /// Publishes a DATA envelope; the payload is encoded once and, above the threshold,
+    /// stored in the payload store with a `BlobRef` on the wire.
+    pub(crate) async fn data(&mut self, mut env: Envelope) -> Result<PublishOutcome, VfError> {
+        let payload = std::mem::take(&mut env.payload);
+        let (payload_type, bytes) = envelope::encode_payload(&payload).map_err(encode_error)?;
+        let (payload_type, data) =
+            blob::offload_if_needed(payload_type, bytes, self.threshold, self.blob.as_ref())
+                .await?;
+        env.payload = Payload::Opaque { payload_type, data };
+        let outcome = self
+            .send(&env, self.mode, self.emitter.data_subject())
+            .await?;
+        match &outcome {
+            PublishOutcome::Stored {
+                duplicate: false, ..
+            } => self.emitter.count_published(),
+            PublishOutcome::Discarded { .. } => self.discarded += 1,
+            _ => {}
+        }
+        Ok(outcome)
+    }
+
+    /// Publishes this replica's EOS (WIRE-6).
+    pub(crate) async fn eos(&mut self) -> Result<PublishOutcome, VfError> {
+        let env = self.emitter.eos();
+        self.send(&env, self.mode, self.emitter.eos_subject()).await
+    }
+
+    /// Publishes this replica's ABORT: bounded (ABORT-2), even under BATCH backpressure.
+    pub(crate) async fn abort(&mut self, error: WireError) -> Result<PublishOutcome, VfError> {
+        let env = self.emitter.abort(error);
+        self.send(&env, PublishMode::Abort, self.emitter.eos_subject())
+            .await
+    }
+
+    async fn send(
+        &self,
+        env: &Envelope,
+        mode: PublishMode,
+        subject: String,
+    ) -> Result<PublishOutcome, VfError> {
+        let bytes = envelope::encode(env).map_err(encode_error)?;
+        let publication = Publication::envelope(subject, env.msg_id(), Bytes::from(bytes));
+        Ok(self
+            .publisher
+            .publish(&publication, mode, &self.stop)
+            .await?)
+    }
+}
+
+/// An envelope that cannot be encoded is bad data (metadata tensor, out-of-range value).
+fn encode_error(e: envelope::EnvelopeError) -> VfError {
+    VfError::new(
+        videoflow_core::errors::ErrorCode::PoisonSchema,
+        e.to_string(),
+    )
+    .with_remedy("Return values the wire can carry: numbers, strings, bytes, lists, string-keyed maps and tensors.")
+}

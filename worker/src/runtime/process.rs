@@ -1,0 +1,286 @@
+//! The processor and consumer loop (LOOP-3/4/5/6/7/10, ABORT-5, ERR-5/5a, IDEM-1).
+
+use std::time::Instant;
+
+use videoflow_core::envelope::Payload;
+use videoflow_core::errors::{Disposition, ErrorCode, VfError};
+use videoflow_core::msgid::{MsgKind, msgid_signed};
+
+use super::output::Output;
+use super::receive::{Member, Received, Receiver, StopResult};
+use super::settle::{Held, Settler};
+use super::{Signals, wall_now, wrap_node_error};
+use crate::config::WorkerConfig;
+use crate::delivery::{Breaker, classify};
+use crate::emit::Timings;
+use crate::idempotency::IdempotencyStore;
+use crate::join::{GroupInput, ReadyGroup};
+use crate::nodes::{
+    Consumer, EnvelopeInfo, Input, InputInfo, NodeContext, Processor, normalize_output,
+};
+
+/// The node a group goes to.
+pub(crate) enum Sink<'a> {
+    /// `process()` and publish.
+    Processor(&'a mut dyn Processor),
+    /// `consume()`, optionally idempotent.
+    Consumer(&'a mut dyn Consumer, Option<IdempotencyStore>),
+}
+
+/// How the loop ended without an error.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum LoopEnd {
+    /// Every parent drained (EOS relayed when it has children) or a control stop.
+    Finished,
+    /// SIGTERM: prefetched deliveries handed back, exit 143 (START-2).
+    Quiesced,
+}
+
+/// The loop's moving parts.
+pub(crate) struct Loop<'a> {
+    pub(crate) cfg: &'a WorkerConfig,
+    pub(crate) receiver: Receiver,
+    pub(crate) settler: Settler,
+    pub(crate) output: Output,
+    pub(crate) breaker: Breaker,
+    pub(crate) signals: &'a Signals,
+}
+
+impl Loop<'_> {
+    /// Runs `sink` until the stop result or a fatal error; `close()` runs on every path
+    /// after a successful `open()` (LOOP-1), and every held delivery is handed back.
+    pub(crate) async fn run(
+        &mut self,
+        mut sink: Sink<'_>,
+        ctx: &mut NodeContext,
+    ) -> Result<LoopEnd, VfError> {
+        let opened = tokio::task::block_in_place(|| match &mut sink {
+            Sink::Processor(p) => p.open(ctx),
+            Sink::Consumer(c, _) => c.open(ctx),
+        });
+        if let Err(e) = opened {
+            self.receiver.close().await;
+            return Err(wrap_node_error(e, self.cfg, None));
+        }
+        let result = self.groups(&mut sink, ctx).await;
+        let closed = tokio::task::block_in_place(|| match &mut sink {
+            Sink::Processor(p) => p.close(ctx),
+            Sink::Consumer(c, _) => c.close(ctx),
+        });
+        if let Err(e) = closed {
+            tracing::error!("close() failed: {}", e.log_line());
+        }
+        if result != Ok(LoopEnd::Quiesced) {
+            self.receiver.close().await;
+        }
+        result
+    }
+
+    async fn groups(
+        &mut self,
+        sink: &mut Sink<'_>,
+        ctx: &mut NodeContext,
+    ) -> Result<LoopEnd, VfError> {
+        let mut last_end = Instant::now();
+        loop {
+            let received = self
+                .receiver
+                .receive(&mut self.settler, &self.signals.quiesce)
+                .await?;
+            match received {
+                None => {
+                    self.receiver.quiesce().await;
+                    return Ok(LoopEnd::Quiesced);
+                }
+                Some(Received::Stop(stop)) => return self.stop(stop).await,
+                Some(Received::Group(group)) => {
+                    self.group(group, sink, ctx, &mut last_end).await?;
+                }
+            }
+        }
+    }
+
+    /// The stop result: ABORT-5 relay first, then EOS unless it is a hard stop (CTRL-3).
+    async fn stop(&mut self, stop: StopResult) -> Result<LoopEnd, VfError> {
+        if let Some((origin, error)) = stop.aborted.into_iter().next() {
+            let record = error.clone().unwrap_or_default();
+            if self.cfg.has_children
+                && let Err(e) = self.output.abort(record.clone()).await
+            {
+                tracing::error!("could not relay ABORT: {}", e.log_line());
+            }
+            let json = serde_json::json!({"code": record.code, "message": record.message});
+            let origin_error = if error.is_some() {
+                json
+            } else {
+                serde_json::json!({})
+            };
+            return Err(VfError::upstream_aborted(&origin, &origin_error));
+        }
+        if !stop.hard && self.cfg.has_children {
+            self.output.eos().await?;
+        }
+        Ok(LoopEnd::Finished)
+    }
+
+    /// One group: call the node, publish before ack (LOOP-5), ack after (DELIV-2); on error
+    /// run the ladder (DELIV-6) and the breaker (ERR-5a).
+    async fn group(
+        &mut self,
+        group: ReadyGroup<Held, Member>,
+        sink: &mut Sink<'_>,
+        ctx: &mut NodeContext,
+        last_end: &mut Instant,
+    ) -> Result<(), VfError> {
+        let cfg = self.cfg;
+        let input_key = msgid_signed(
+            &cfg.flow_id,
+            &cfg.run_id,
+            &cfg.node_name,
+            &group.trace_id,
+            group.seq,
+            MsgKind::Data,
+        );
+        let (inputs, info) = node_inputs(cfg, &group.inputs);
+        ctx.begin_group(Some(input_key.clone()), info);
+        let outcome = self
+            .call(&group, inputs, sink, ctx, &input_key, last_end)
+            .await;
+        match outcome {
+            Ok(()) => {
+                self.settler.ack_all(&group.handles).await;
+                self.breaker.success();
+                Ok(())
+            }
+            Err(e) => self.failed(&group, e).await,
+        }
+    }
+
+    async fn call(
+        &mut self,
+        group: &ReadyGroup<Held, Member>,
+        inputs: Vec<Input>,
+        sink: &mut Sink<'_>,
+        ctx: &mut NodeContext,
+        input_key: &str,
+        last_end: &mut Instant,
+    ) -> Result<(), VfError> {
+        let started = Instant::now();
+        match sink {
+            Sink::Consumer(node, idem) => {
+                if let Some(store) = idem
+                    && store.seen(input_key).await?
+                {
+                    return Ok(()); // IDEM-1: already consumed; ack
+                }
+                tokio::task::block_in_place(|| node.consume(ctx, &inputs))?;
+                *last_end = Instant::now();
+                if let Some(store) = idem {
+                    store.mark(input_key).await?;
+                }
+                Ok(())
+            }
+            Sink::Processor(node) => {
+                let output = tokio::task::block_in_place(|| node.process(ctx, &inputs))?;
+                let ended = Instant::now();
+                let timings = Timings {
+                    proctime: (ended - started).as_secs_f64(),
+                    actual_proctime: (ended - *last_end).as_secs_f64(),
+                };
+                *last_end = ended;
+                let key = ctx.take_output_partition_key();
+                let explicit_ts = ctx.take_output_event_timestamp();
+                if !self.cfg.has_children {
+                    return Ok(()); // LOOP-6
+                }
+                let seq = u64::try_from(group.seq).map_err(|_| {
+                    VfError::new(
+                        ErrorCode::Unknown,
+                        format!("ValueError: Value out of range: {}", group.seq),
+                    )
+                })?;
+                // LOOP-10: one-shot > group event time > wall clock at publish.
+                let event_ts = explicit_ts.or(group.event_ts).unwrap_or_else(wall_now);
+                let env = self.output.emitter.data(
+                    &group.trace_id,
+                    seq,
+                    event_ts,
+                    normalize_output(output),
+                    timings,
+                    key,
+                );
+                self.output.data(env).await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// ERR-2/5/5a: classify, stamp, run the ladder; a worker_fatal or user error hands the
+    /// group back and ends the worker; the breaker may end it too.
+    async fn failed(
+        &mut self,
+        group: &ReadyGroup<Held, Member>,
+        e: VfError,
+    ) -> Result<(), VfError> {
+        let e = wrap_node_error(e, self.cfg, Some((&group.trace_id, group.seq)));
+        let user_error = e.code.is_a(ErrorCode::User);
+        let disposition = if user_error {
+            Disposition::WorkerFatal
+        } else {
+            classify(&e, self.cfg.on_error)
+        };
+        let e = e.with_disposition(disposition);
+        if user_error || disposition == Disposition::WorkerFatal {
+            self.settler.nak_all(&group.handles).await;
+            return Err(e);
+        }
+        tracing::warn!(code = %e.code, trace_id = %group.trace_id, "group failed: {}", e.message);
+        self.settler.fail(&group.handles, &e, disposition).await;
+        match self.breaker.failure(&self.cfg.node_name, &e) {
+            Some(unhealthy) => Err(unhealthy),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The node's view of a group: one input per parent (ENV-3) and the context's `input_info`.
+fn node_inputs(
+    cfg: &WorkerConfig,
+    inputs: &[GroupInput<Member>],
+) -> (Vec<Input>, Vec<(String, Option<InputInfo>)>) {
+    let info_of = |e: &crate::join::Entry<Member>| EnvelopeInfo {
+        event_ts: e.event_ts,
+        metadata: e.payload.metadata.clone(),
+        trace_id: e.trace_id.clone(),
+        seq: e.seq,
+    };
+    let mut node_inputs = Vec::with_capacity(inputs.len());
+    let mut info = Vec::with_capacity(inputs.len());
+    for (parent, input) in cfg.parent_names.iter().zip(inputs) {
+        match input {
+            GroupInput::Entry(e) => {
+                node_inputs.push(Input::Present(e.payload.payload.clone()));
+                info.push((parent.clone(), Some(InputInfo::Single(info_of(e)))));
+            }
+            GroupInput::Window(w) => {
+                node_inputs.push(Input::Collected(
+                    w.entries
+                        .iter()
+                        .map(|e| e.payload.payload.clone())
+                        .collect::<Vec<Payload>>(),
+                ));
+                info.push((
+                    parent.clone(),
+                    Some(InputInfo::Collected(
+                        w.entries.iter().map(info_of).collect(),
+                    )),
+                ));
+            }
+            GroupInput::Missing => {
+                node_inputs.push(Input::Missing);
+                info.push((parent.clone(), None));
+            }
+        }
+    }
+    (node_inputs, info)
+}

@@ -1,0 +1,360 @@
+//! The receive loop of a processor or consumer (§8.4): fold every ready delivery into the
+//! join, record terminators, decide when each parent is drained, and hand out either the next
+//! complete group or the stop result.
+//!
+//! Order of one call, as the protocol gives it: (1) stop conditions — the control flag, all
+//! parents stopped, or an aborted parent drained; (2) sweep the join; (3) pop a ready group;
+//! (4) wait up to a second for deliveries, fold them all, evaluate the drain, loop.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use videoflow_core::envelope::{self, Envelope, MsgType, Payload, WireError};
+use videoflow_core::errors::{Disposition, ErrorCode, VfError};
+use videoflow_core::partition::{self, KeyPolicy};
+use videoflow_core::scaling::Observation;
+use videoflow_core::value::Value;
+
+use crate::blob::{self, BlobStore};
+use crate::broker::{
+    BoundDurable, Broker, Delivery, DeliveryHandle, DeliveryKind, Inbox, StopFlag,
+};
+use crate::config::WorkerConfig;
+use crate::delivery::{nak_delay_seconds, random_jitter};
+use crate::drain::{DrainTracker, PendingCounts, Recorded, TerminatorKind};
+use crate::join::{Entry, JoinAssembler, ReadyGroup};
+use crate::runtime::settle::{Held, Settler};
+
+/// How long one receive waits for deliveries before re-checking the stop conditions.
+const POLL: Duration = Duration::from_secs(1);
+/// Idle polls between end-of-stream flush checks (JOIN-21a).
+const FLUSH_EVERY_IDLE_POLLS: u32 = 15;
+/// The header that addresses a replay to one node (DELIV-16).
+const REPLAY_TARGET: &str = "VF-Replay-Target";
+
+/// A member's payload as the node sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct Member {
+    pub(crate) payload: Payload,
+    pub(crate) metadata: BTreeMap<String, Value>,
+}
+
+/// What one receive returns.
+pub(crate) enum Received {
+    /// A complete group, handles unresolved.
+    Group(ReadyGroup<Held, Member>),
+    /// The node must stop (EOS-5, ABORT-4, CTRL-3).
+    Stop(StopResult),
+}
+
+/// Why the node stops.
+#[derive(Debug)]
+pub(crate) struct StopResult {
+    /// The control flag ended it while parents were still open: no EOS relay (CTRL-3).
+    pub(crate) hard: bool,
+    /// Parents recorded as aborted, with their error record (ABORT-3), in parent order.
+    pub(crate) aborted: Vec<(String, Option<WireError>)>,
+}
+
+/// The inbound side of a non-producer.
+pub(crate) struct Receiver {
+    cfg: Arc<WorkerConfig>,
+    broker: Broker,
+    pub(crate) inbox: Inbox,
+    pub(crate) join: JoinAssembler<Held, Member>,
+    drain: DrainTracker,
+    data_durables: Vec<BoundDurable>,
+    held_terminators: Vec<Vec<DeliveryHandle>>,
+    blob: Option<BlobStore>,
+    stop: StopFlag,
+    started: Instant,
+    idle_polls: u32,
+    /// DATA deliveries dropped before the node: not ours, replays for others, undecodable.
+    pub(crate) skipped: u64,
+}
+
+impl Receiver {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        cfg: Arc<WorkerConfig>,
+        broker: Broker,
+        inbox: Inbox,
+        join: JoinAssembler<Held, Member>,
+        data_durables: Vec<BoundDurable>,
+        blob: Option<BlobStore>,
+        stop: StopFlag,
+    ) -> Self {
+        let parents = cfg.parent_names.len();
+        Receiver {
+            drain: DrainTracker::new(parents, cfg.eos_quiescence_ms),
+            cfg,
+            broker,
+            inbox,
+            join,
+            data_durables,
+            held_terminators: vec![Vec::new(); parents],
+            blob,
+            stop,
+            started: Instant::now(),
+            idle_polls: 0,
+            skipped: 0,
+        }
+    }
+
+    fn now(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// One receive (§8.4). An error is a failure of receive itself (JOIN-20): the worker ends.
+    pub(crate) async fn receive(
+        &mut self,
+        settler: &mut Settler,
+        quiesce: &StopFlag,
+    ) -> Result<Option<Received>, VfError> {
+        loop {
+            if quiesce.is_set() {
+                return Ok(None);
+            }
+            // (1) stop conditions.
+            let all_stopped = self.drain.all_stopped();
+            let abort_drained = self.drain.drained_abort().is_some();
+            if self.stop.is_set() || all_stopped || abort_drained {
+                return Ok(Some(Received::Stop(StopResult {
+                    hard: !all_stopped && !abort_drained,
+                    aborted: self
+                        .drain
+                        .aborted()
+                        .into_iter()
+                        .map(|(i, e)| (self.cfg.parent_names[i].clone(), e.cloned()))
+                        .collect(),
+                })));
+            }
+            // (2) sweep, (3) pop.
+            self.join.sweep();
+            settler.resolve(self.join.take_resolutions()).await;
+            match self.join.pop_ready() {
+                Ok(Some(group)) => return Ok(Some(Received::Group(group))),
+                Ok(None) => {}
+                Err(e) => return Err(VfError::new(ErrorCode::Unknown, e.to_string())),
+            }
+            // (4) wait for deliveries and fold every one that is ready.
+            let batch = self.inbox.recv(POLL).await;
+            if batch.is_empty() {
+                self.idle_polls += 1;
+            } else {
+                self.idle_polls = 0;
+            }
+            for d in batch {
+                self.fold(d, settler).await;
+            }
+            settler.resolve(self.join.take_resolutions()).await;
+            self.evaluate_drain().await;
+            if self.idle_polls > 0 && self.idle_polls.is_multiple_of(FLUSH_EVERY_IDLE_POLLS) {
+                self.end_of_stream_flush(settler).await;
+            }
+        }
+    }
+
+    /// Folds one delivery: data into the join, terminators into the drain.
+    async fn fold(&mut self, d: Delivery, settler: &mut Settler) {
+        match d.kind {
+            DeliveryKind::Terminator => self.fold_terminator(d).await,
+            DeliveryKind::Data => self.fold_data(d, settler).await,
+        }
+    }
+
+    async fn fold_terminator(&mut self, d: Delivery) {
+        let p = d.parent;
+        let recorded = match envelope::decode(&d.payload) {
+            Ok(env) if env.is_stop_signal() => {
+                let kind = if env.msg_type == MsgType::Abort {
+                    TerminatorKind::Abort
+                } else {
+                    TerminatorKind::Eos
+                };
+                tracing::info!(parent = %self.parent_name(p), kind = ?kind, replica = env.replica_id, seq = env.seq, "terminator");
+                self.drain
+                    .record(p, env.replica_id, kind, env.seq, env.error)
+            }
+            Ok(_) => Recorded::Duplicate, // a DATA envelope on the terminator subject: ignore
+            Err(e) => {
+                tracing::warn!(parent = %self.parent_name(p), "undecodable terminator: {e}");
+                self.drain.record_undecodable(p)
+            }
+        };
+        if recorded == Recorded::New && !self.drain.is_stopped(p) {
+            // EOS-2: hold it (kept alive by the transport's keepalive) until P is stopped.
+            self.held_terminators[p].push(d.handle);
+        } else {
+            d.handle.ack().await;
+        }
+    }
+
+    async fn fold_data(&mut self, d: Delivery, settler: &mut Settler) {
+        // DELIV-16: a replay addressed to another node.
+        if d.header(REPLAY_TARGET)
+            .is_some_and(|t| t != self.cfg.node_name)
+        {
+            d.handle.ack().await;
+            self.skipped += 1;
+            return;
+        }
+        let mut held = Held {
+            handle: d.handle.clone(),
+            raw: d.payload.clone(),
+            stream_seq: d.stream_seq,
+            num_delivered: d.num_delivered,
+            blob_ref: None,
+        };
+        let env = match envelope::decode(&d.payload) {
+            Ok(env) => env,
+            Err(e) => {
+                // DELIV-15: undecodable input is poison, before any node sees it.
+                let err = VfError::new(ErrorCode::PoisonDecode, e.to_string())
+                    .with_context("node", self.cfg.node_name.clone());
+                settler.counts.undecodable += 1;
+                settler.fail(&[held], &err, Disposition::Poison).await;
+                return;
+            }
+        };
+        if env.is_stop_signal() {
+            d.handle.ack().await; // a terminator on a data queue is acked and ignored
+            return;
+        }
+        // PART-4 / PART-3a: ownership.
+        if let Some(by) = self.cfg.partition_by.clone()
+            && self.cfg.is_partitioned()
+        {
+            let key = partition::partition_key(&by, &env.trace_id, Some(&env.metadata));
+            let nb = u32::try_from(self.cfg.nb_tasks).unwrap_or(u32::MAX);
+            let owner = partition::owner(key.as_deref(), nb, KeyPolicy::Reject);
+            if !owner.is_owned_by(self.replica()) {
+                d.handle.ack().await;
+                self.skipped += 1;
+                return;
+            }
+            if owner.must_reject(KeyPolicy::Reject) {
+                let err = VfError::poison_partition_key(&self.cfg.node_name, &by, key.as_deref());
+                settler.fail(&[held], &err, Disposition::Poison).await;
+                return;
+            }
+        }
+        let env = match self.resolve_blob(env, &mut held).await {
+            Ok(env) => env,
+            Err(err) => {
+                if err.disposition == Some(Disposition::Transient) {
+                    // BLOB-3: an unreachable store is transient: NAK with the DELIV-7 delay.
+                    let delay = nak_delay_seconds(held.num_delivered, random_jitter());
+                    held.handle.nak(Some(Duration::from_secs_f64(delay))).await;
+                } else {
+                    settler.counts.undecodable += 1;
+                    settler.fail(&[held], &err, Disposition::Poison).await;
+                }
+                return;
+            }
+        };
+        let parent = self.parent_name(d.parent).to_owned();
+        let entry = Entry {
+            producer_name: env.producer_name,
+            trace_id: env.trace_id,
+            seq: env.seq,
+            event_ts: env.event_ts,
+            payload: Member {
+                payload: env.payload,
+                metadata: env.metadata,
+            },
+        };
+        if let Err(e) = self.join.add(&parent, entry, held) {
+            tracing::error!("join refused a delivery: {e}");
+        }
+    }
+
+    /// Resolves an offloaded payload (BLOB-3); the blob share is released after the ack.
+    async fn resolve_blob(&self, mut env: Envelope, held: &mut Held) -> Result<Envelope, VfError> {
+        if let Payload::BlobRef(r) = &env.payload {
+            held.blob_ref = Some(r.r#ref.clone());
+            env.payload = blob::resolve(r, self.blob.as_ref()).await?;
+        }
+        Ok(env)
+    }
+
+    /// EOS-3 for every parent that has a terminator and is not stopped yet; EOS-4 on stop.
+    async fn evaluate_drain(&mut self) {
+        for p in 0..self.cfg.parent_names.len() {
+            if !self.drain.has_terminator(p) || self.drain.is_stopped(p) {
+                continue;
+            }
+            let queue_empty = self.inbox.queued_for_parent(p) == 0;
+            let held = self.join.has_pending_from(&self.cfg.parent_names[p]);
+            let observation = if queue_empty && !held {
+                self.observe(p).await
+            } else {
+                Observation::unknown("busy", "local work outstanding")
+            };
+            if self
+                .drain
+                .evaluate(p, self.now(), queue_empty, held, &observation)
+            {
+                tracing::info!(parent = %self.parent_name(p), "parent drained");
+                for h in std::mem::take(&mut self.held_terminators[p]) {
+                    h.ack().await;
+                }
+            }
+        }
+    }
+
+    async fn observe(&self, p: usize) -> Observation<PendingCounts> {
+        match self.data_durables[p].observe(&self.broker).await {
+            Observation::Known(c) => Observation::Known(PendingCounts {
+                num_pending: c.num_pending,
+                num_ack_pending: c.num_ack_pending,
+            }),
+            Observation::Unknown { reason, detail } => Observation::Unknown { reason, detail },
+        }
+    }
+
+    /// JOIN-21a: groups that can never complete once every parent ended are evicted.
+    async fn end_of_stream_flush(&mut self, settler: &mut Settler) {
+        let parents = self.cfg.parent_names.clone();
+        if !self.drain.every_terminator()
+            || !self.join.holds_any(parents.iter().map(String::as_str))
+        {
+            return;
+        }
+        for p in 0..parents.len() {
+            if self.drain.is_stopped(p) {
+                continue;
+            }
+            let quiet = self.inbox.queued_for_parent(p) == 0
+                && matches!(self.observe(p).await, Observation::Known(c) if c.num_pending == 0);
+            if !quiet {
+                return;
+            }
+        }
+        let flushed = self.join.flush_all();
+        tracing::warn!(
+            groups = flushed,
+            "end of stream: incomplete join groups evicted"
+        );
+        settler.resolve(self.join.take_resolutions()).await;
+    }
+
+    fn parent_name(&self, p: usize) -> &str {
+        self.cfg.parent_names.get(p).map_or("?", String::as_str)
+    }
+
+    fn replica(&self) -> u32 {
+        u32::try_from(self.cfg.replica_id()).unwrap_or(0)
+    }
+
+    /// SIGTERM (START-2): stop fetching and hand back what was prefetched.
+    pub(crate) async fn quiesce(&mut self) -> usize {
+        self.inbox.quiesce().await
+    }
+
+    /// Closing hands back every delivery still held (DELIV-1).
+    pub(crate) async fn close(&mut self) -> usize {
+        self.inbox.close().await
+    }
+}
