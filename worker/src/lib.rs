@@ -11,6 +11,7 @@
 //! - [`idempotency`] — sink effect markers in Redis and `idempotency_key` (IDEM-1/2).
 //! - [`join`] — the trace and time assemblers (JOIN-*): pure, single-threaded, clock injected.
 //! - [`nodes`] — the node API (context, producer/processor/consumer traits) and the built-in node library.
+//! - [`provision`] — every stream, DLQ, EOS anchor and data durable of a compiled flow, derived as the workers bind them (STREAM-7).
 //! - [`runtime`] — one node replica end to end: startup order, producer and processor/consumer loops, receive, settlement.
 //! - [`termination`] — the exit path: one-line log, termination record, exit code (§15.4).
 
@@ -23,5 +24,6 @@ pub mod emit;
 pub mod idempotency;
 pub mod join;
 pub mod nodes;
+pub mod provision;
 pub mod runtime;
 pub mod termination;
