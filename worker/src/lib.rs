@@ -10,6 +10,7 @@
 //! - [`emit`] — this replica's DATA/EOS/ABORT envelopes and identities (WIRE-4/6, MSGID-5, LOOP-7/8, EOS-7).
 //! - [`idempotency`] — sink effect markers in Redis and `idempotency_key` (IDEM-1/2).
 //! - [`join`] — the trace and time assemblers (JOIN-*): pure, single-threaded, clock injected.
+//! - [`local`] — `videoflow-worker run`: a whole Flow on one machine (design §8).
 //! - [`nodes`] — the node API (context, producer/processor/consumer traits) and the built-in node library.
 //! - [`provision`] — every stream, DLQ, EOS anchor and data durable of a compiled flow, derived as the workers bind them (STREAM-7).
 //! - [`runtime`] — one node replica end to end: startup order, producer and processor/consumer loops, receive, settlement.
@@ -23,6 +24,7 @@ pub mod drain;
 pub mod emit;
 pub mod idempotency;
 pub mod join;
+pub mod local;
 pub mod nodes;
 pub mod provision;
 pub mod runtime;

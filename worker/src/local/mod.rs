@@ -1,0 +1,362 @@
+//! Running a whole Flow on one machine (design §8): `videoflow-worker run flow.yaml`.
+//!
+//! Validate (diagnostics, exit 2, nothing started) → reuse the Flow's broker or start a
+//! private `nats-server` (and a `redis-server` when the payload store has no URL) → provision
+//! → one worker process per replica with exactly the environment the operator renders →
+//! prefix their logs → wait (BATCH) or run until Ctrl-C (drain producers first) → summary
+//! with each failed worker's termination reason → exit with the taxonomy's code.
+//!
+//! - [`supervisor`] — the worker processes: spawn, log prefixes, restarts (ABORT-6).
+
+pub mod supervisor;
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use videoflow_core::compile::compile;
+use videoflow_core::errors::{EXIT_INTERRUPTED, VfError};
+use videoflow_core::load::load_flow;
+use videoflow_core::model::FlowDocument;
+use videoflow_testkit::{NatsServer, RedisServer};
+
+use crate::broker::{self, Broker, StopFlag};
+use crate::provision::{node_vars, provision};
+use supervisor::Worker;
+
+/// How often the supervisor repeats the control stop once it gave up (ABORT-6).
+const STOP_REPEAT: Duration = Duration::from_secs(2);
+/// How long a drain after Ctrl-C may take before the control stop is sent.
+const DRAIN_GRACE: Duration = Duration::from_secs(10);
+/// How long workers get after the control stop before they are killed.
+const KILL_GRACE: Duration = Duration::from_secs(10);
+
+/// What `run` was asked to do.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The Flow file.
+    pub flow: PathBuf,
+    /// Keep the run's streams after the run.
+    pub keep: bool,
+    /// A broker URL overriding the Flow's (and disabling the private nats-server).
+    pub nats_url: Option<String>,
+    /// Give up (control stop, then kill) after this long.
+    pub timeout: Option<Duration>,
+}
+
+/// Runs the flow; returns the process exit status.
+pub async fn run_flow(opts: RunOptions, interrupt: StopFlag) -> i32 {
+    match run(opts, interrupt).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("{}", e.render());
+            e.exit_code()
+        }
+    }
+}
+
+async fn run(opts: RunOptions, interrupt: StopFlag) -> Result<i32, VfError> {
+    let text = std::fs::read_to_string(&opts.flow).map_err(|e| {
+        VfError::new(
+            videoflow_core::errors::ErrorCode::Config,
+            format!("cannot read {}: {e}", opts.flow.display()),
+        )
+        .with_remedy("Pass the path of a Flow file (YAML or JSON).")
+    })?;
+    let mut doc = match load_flow(&text) {
+        Ok((doc, warnings)) => {
+            for w in warnings {
+                eprintln!("{}: {w}", opts.flow.display());
+            }
+            doc
+        }
+        Err(diags) => {
+            for d in &diags {
+                eprintln!("{}: {d}", opts.flow.display());
+            }
+            return Ok(videoflow_core::errors::EXIT_USER);
+        }
+    };
+    // Servers: the Flow's broker, an override, or a private one.
+    let url = opts
+        .nats_url
+        .clone()
+        .or_else(|| doc.spec.broker.as_ref().and_then(|b| b.url.clone()));
+    let (nats_url, _nats) = match url {
+        Some(url) => (url, None),
+        None => {
+            let server = NatsServer::start().map_err(env_error)?;
+            eprintln!("started nats-server at {}", server.url());
+            (server.url(), Some(server))
+        }
+    };
+    let _redis = start_payload_store(&mut doc)?;
+    let flow = compile(&doc).map_err(|d| {
+        VfError::new(
+            videoflow_core::errors::ErrorCode::Graph,
+            format!("{} problems in the flow graph", d.len()),
+        )
+    })?;
+    eprintln!(
+        "flow {} run {} ({}, {} nodes)",
+        flow.flow_id,
+        flow.run_id,
+        flow.flow_type.as_str(),
+        flow.nodes.len()
+    );
+    let broker = broker::connect(&nats_url).await?;
+    provision(&broker, &doc, &flow).await?;
+
+    let exe = std::env::current_exe().map_err(|e| env_error(e.to_string()))?;
+    let dir = std::env::temp_dir().join(format!("videoflow-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| env_error(e.to_string()))?;
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let mut workers = Vec::new();
+    for spec in &flow.nodes {
+        for r in 0..spec.nb_tasks {
+            let vars = node_vars(&doc, &flow, &spec.name, r, &nats_url)?;
+            let log = dir.join(format!("{}.{r}.termination", spec.name));
+            workers.push(Worker::new(&spec.name, r, vars, log, workers.len()));
+        }
+    }
+    for w in &mut workers {
+        w.spawn(&exe, colour)
+            .map_err(|e| env_error(format!("cannot start {}: {e}", w.label())))?;
+    }
+    let interrupted = supervise(
+        &mut workers,
+        &broker,
+        &doc,
+        &flow.flow_id,
+        &flow.run_id,
+        &exe,
+        colour,
+        &interrupt,
+        opts.timeout,
+    )
+    .await;
+    print_summary(&workers);
+    if !opts.keep {
+        teardown(&broker, &flow).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(if interrupted {
+        EXIT_INTERRUPTED
+    } else {
+        exit_code(&workers)
+    })
+}
+
+/// Starts a private redis-server when the Flow asks for a payload store without a URL.
+fn start_payload_store(doc: &mut FlowDocument) -> Result<Option<RedisServer>, VfError> {
+    let Some(store) = doc.spec.payload_store.as_mut() else {
+        return Ok(None);
+    };
+    if store.url.is_some() || store.url_from.is_some() {
+        return Ok(None);
+    }
+    let server = RedisServer::start().map_err(env_error)?;
+    eprintln!("started redis-server at {}", server.url());
+    store.url = Some(server.url());
+    Ok(Some(server))
+}
+
+/// Waits for every worker, restarting what can be restarted; returns whether the run was
+/// interrupted (Ctrl-C).
+#[allow(clippy::too_many_arguments)]
+async fn supervise(
+    workers: &mut [Worker],
+    broker: &Broker,
+    doc: &FlowDocument,
+    flow_id: &str,
+    run_id: &str,
+    exe: &PathBuf,
+    colour: bool,
+    interrupt: &StopFlag,
+    timeout: Option<Duration>,
+) -> bool {
+    let started = Instant::now();
+    let mut pending_restarts: Vec<(usize, Instant)> = Vec::new();
+    let mut stopping_since: Option<Instant> = None;
+    let mut last_stop = Instant::now() - STOP_REPEAT;
+    let mut drain_since: Option<Instant> = None;
+    let mut last_progress = Instant::now();
+    loop {
+        for (i, w) in workers.iter_mut().enumerate() {
+            if let Some(code) = w.try_exit() {
+                if stopping_since.is_none() && w.should_restart(code) {
+                    let delay = w.backoff();
+                    eprintln!(
+                        "{} exited {code}; restarting in {delay:?} ({} of {})",
+                        w.label(),
+                        w.restarts + 1,
+                        supervisor::MAX_RESTARTS
+                    );
+                    pending_restarts.push((i, Instant::now() + delay));
+                } else {
+                    w.exit = Some(code);
+                    if code != 0 {
+                        let reason = w.record().map_or_else(
+                            || "no termination record".to_owned(),
+                            |r| {
+                                format!(
+                                    "{}: {}",
+                                    r["code"].as_str().unwrap_or("?"),
+                                    r["message"].as_str().unwrap_or("")
+                                )
+                            },
+                        );
+                        eprintln!("{} ended with exit {code}: {reason}", w.label());
+                        stopping_since.get_or_insert_with(Instant::now);
+                    }
+                }
+            }
+        }
+        let now = Instant::now();
+        let mut due = Vec::new();
+        pending_restarts.retain(|(i, at)| {
+            if *at <= now {
+                due.push(*i);
+                false
+            } else {
+                true
+            }
+        });
+        for i in due {
+            let w = &mut workers[i];
+            w.restarts += 1;
+            if let Err(e) = w.spawn(exe, colour) {
+                eprintln!("cannot restart {}: {e}", w.label());
+                w.exit = Some(-1);
+            }
+        }
+        let alive = workers.iter().any(|w| w.running()) || !pending_restarts.is_empty();
+        if !alive {
+            return drain_since.is_some();
+        }
+        // Ctrl-C: drain the producers first (START-3), then stop everything.
+        if interrupt.is_set() && drain_since.is_none() {
+            eprintln!(
+                "interrupted: draining (producers end their input; Ctrl-C again is not needed)"
+            );
+            drain_since = Some(now);
+            for w in workers.iter().filter(|w| w.running()) {
+                let is_producer = doc
+                    .spec
+                    .nodes
+                    .iter()
+                    .any(|n| n.name == w.node && n.parents.is_empty());
+                if is_producer {
+                    w.signal_interrupt();
+                }
+            }
+        }
+        let timed_out = timeout.is_some_and(|t| now - started > t);
+        let drain_overdue = drain_since.is_some_and(|d| now - d > DRAIN_GRACE);
+        if (timed_out || drain_overdue) && stopping_since.is_none() {
+            stopping_since = Some(now);
+        }
+        // ABORT-6 / CTRL-1: once stopping, repeat the control stop until every worker exited.
+        if let Some(since) = stopping_since {
+            if now - last_stop >= STOP_REPEAT {
+                let _ = broker::send_control_stop(broker, flow_id, run_id).await;
+                last_stop = now;
+            }
+            if now - since > KILL_GRACE {
+                for w in workers.iter_mut().filter(|w| w.running()) {
+                    eprintln!("{} did not stop; killing it", w.label());
+                    w.kill().await;
+                    w.exit = Some(-1);
+                }
+            }
+        }
+        if now - last_progress >= Duration::from_secs(5) {
+            last_progress = now;
+            let running: Vec<String> = workers
+                .iter()
+                .filter(|w| w.running())
+                .map(Worker::label)
+                .collect();
+            eprintln!(
+                "progress: {:.0}s, running: {}",
+                (now - started).as_secs_f64(),
+                running.join(", ")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The end-of-run table: every worker, its exit and, for failures, its termination reason.
+fn print_summary(workers: &[Worker]) {
+    eprintln!("\n{:<24} {:>5} {:>8}  reason", "worker", "exit", "restarts");
+    for w in workers {
+        let reason = match (w.exit, w.record()) {
+            (Some(0), _) => "ok".to_owned(),
+            (_, Some(r)) => format!(
+                "{}: {}{}",
+                r["code"].as_str().unwrap_or("?"),
+                r["message"].as_str().unwrap_or(""),
+                r["remedy"]
+                    .as_str()
+                    .map(|x| format!(" — {x}"))
+                    .unwrap_or_default()
+            ),
+            (_, None) => "no termination record".to_owned(),
+        };
+        let exit = w.exit.map_or("-".to_owned(), |c| c.to_string());
+        eprintln!("{:<24} {:>5} {:>8}  {reason}", w.label(), exit, w.restarts);
+    }
+}
+
+/// The run's exit status from its workers' (§15.1): 0 when all succeeded, else the most
+/// telling class: user (2) before environment (3) before stalled (5) before failed (4).
+fn exit_code(workers: &[Worker]) -> i32 {
+    let codes: Vec<i32> = workers
+        .iter()
+        .filter_map(|w| w.exit)
+        .filter(|c| *c != 0)
+        .collect();
+    if codes.is_empty() {
+        0
+    } else if codes.contains(&2) {
+        2
+    } else if codes.contains(&3) {
+        3
+    } else if codes.contains(&5) {
+        5
+    } else {
+        4
+    }
+}
+
+/// Deletes the run's node streams (the flow-scoped DLQ stays, STREAM-9). Only streams whose
+/// owner labels name this flow and run are touched.
+async fn teardown(broker: &Broker, flow: &videoflow_core::compile::CompiledFlow) {
+    let js = broker.jetstream();
+    for node in &flow.nodes {
+        let name = videoflow_core::naming::stream_name(&flow.flow_id, &flow.run_id, &node.name);
+        let Ok(mut stream) = js.get_stream(&name).await else {
+            continue;
+        };
+        let owned = match stream.info().await {
+            Ok(info) => {
+                let m = &info.config.metadata;
+                m.get(videoflow_core::naming::LABEL_FLOW_ID) == Some(&flow.flow_id)
+                    && m.get(videoflow_core::naming::LABEL_RUN_ID) == Some(&flow.run_id)
+            }
+            Err(_) => false,
+        };
+        if owned && let Err(e) = js.delete_stream(&name).await {
+            eprintln!("could not delete stream {name}: {e}");
+        }
+    }
+}
+
+fn env_error(e: impl std::fmt::Display) -> VfError {
+    VfError::new(
+        videoflow_core::errors::ErrorCode::Environment,
+        e.to_string(),
+    )
+    .with_remedy("Run scripts/install-deps to install nats-server and redis-server.")
+}
