@@ -3,10 +3,13 @@
 //! Table of contents:
 //! - [`crd`]: the `Flow` custom resource and its status, and the CRD artefact generated from
 //!   them (`videoflow-operator crd`).
+//! - [`render`]: desired state, a pure function from a `Flow` to the typed Kubernetes objects
+//!   of its run (ConfigMap, provisioning Job, workloads, Services, PodDisruptionBudgets), and
+//!   their YAML (`videoflow-operator render`).
 //!
-//! Reconcile, rendering of child objects and status computation land in later slices of
-//! issue #7.
+//! Reconcile and status computation land in later slices of issue #7.
 
 pub mod crd;
+pub mod render;
 
 pub use crd::{Flow, FlowPhase, FlowResourceSpec, FlowStatus, NodeStatus, condition_types};

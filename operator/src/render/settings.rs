@@ -1,0 +1,117 @@
+//! `spec.pod` and the other Kubernetes-typed fields a Flow keeps as free JSON (the core crate
+//! has no Kubernetes types), parsed into k8s-openapi types with the path of any bad entry.
+//!
+//! Parsed once per render, before any object is built, so a typo in a toleration fails the
+//! render with `spec.pod.tolerations[0]` instead of an API-server rejection halfway through
+//! an apply.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{PodSpec, Toleration, Volume, VolumeMount};
+use serde::de::DeserializeOwned;
+use videoflow_core::model::PodSettings;
+
+use super::error::RenderError;
+use super::pod::{TMP_VOLUME, WRAPPER_DIR, WRAPPER_VOLUME};
+use super::provision::SPECS_VOLUME;
+
+/// Volume names and mount paths the renderer owns; `spec.pod` may not reuse them.
+const RESERVED_VOLUMES: [&str; 3] = [TMP_VOLUME, WRAPPER_VOLUME, SPECS_VOLUME];
+const RESERVED_PATHS: [&str; 2] = ["/tmp", WRAPPER_DIR];
+
+/// `spec.pod`, parsed from the Flow's free JSON into Kubernetes types.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct PodExtras {
+    /// Identity of every pod (cloud workload identity, image pull secrets).
+    pub service_account_name: Option<String>,
+    /// Where the run's pods rank against other tenants' work.
+    pub priority_class_name: Option<String>,
+    /// Node pool of every pod.
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints every pod tolerates.
+    pub tolerations: Vec<Toleration>,
+    /// Volumes of worker pods (models, assets).
+    pub volumes: Vec<Volume>,
+    /// Mounts of every worker container.
+    pub volume_mounts: Vec<VolumeMount>,
+}
+
+impl PodExtras {
+    /// Parses `spec.pod`; every entry that is not a valid object of its kind is an error with
+    /// its path, and names or paths the renderer owns are refused.
+    pub fn parse(settings: Option<&PodSettings>) -> Result<Self, RenderError> {
+        let Some(s) = settings else {
+            return Ok(PodExtras::default());
+        };
+        let volumes: Vec<Volume> = parse_list(&s.volumes, "spec.pod.volumes")?;
+        for (i, v) in volumes.iter().enumerate() {
+            if RESERVED_VOLUMES.contains(&v.name.as_str()) {
+                return Err(reserved(format!("spec.pod.volumes[{i}].name"), &v.name));
+            }
+        }
+        let volume_mounts: Vec<VolumeMount> =
+            parse_list(&s.volume_mounts, "spec.pod.volumeMounts")?;
+        for (i, m) in volume_mounts.iter().enumerate() {
+            if RESERVED_PATHS.contains(&m.mount_path.trim_end_matches('/')) {
+                return Err(reserved(
+                    format!("spec.pod.volumeMounts[{i}].mountPath"),
+                    &m.mount_path,
+                ));
+            }
+        }
+        Ok(PodExtras {
+            service_account_name: s.service_account_name.clone().filter(|n| !n.is_empty()),
+            priority_class_name: s.priority_class_name.clone().filter(|n| !n.is_empty()),
+            node_selector: s.node_selector.clone(),
+            tolerations: parse_list(&s.tolerations, "spec.pod.tolerations")?,
+            volumes,
+            volume_mounts,
+        })
+    }
+
+    /// Applies the scheduling and identity settings every pod of the run shares (the
+    /// provisioning pod included, so it lands where the workers may).
+    pub fn apply_scheduling(&self, pod: &mut PodSpec) {
+        pod.service_account_name = self.service_account_name.clone();
+        pod.priority_class_name = self.priority_class_name.clone();
+        pod.node_selector = non_empty_map(self.node_selector.clone());
+        pod.tolerations = non_empty(self.tolerations.clone());
+    }
+}
+
+fn reserved(path: String, value: &str) -> RenderError {
+    RenderError::InvalidField {
+        path,
+        message: format!("'{value}' is reserved for the volumes videoflow adds to every pod"),
+    }
+}
+
+/// Parses one free-JSON value as a Kubernetes type, naming the path on failure.
+pub(crate) fn parse_value<T: DeserializeOwned>(
+    value: &serde_json::Value,
+    path: String,
+) -> Result<T, RenderError> {
+    serde_json::from_value(value.clone()).map_err(|e| RenderError::InvalidField {
+        path,
+        message: e.to_string(),
+    })
+}
+
+fn parse_list<T: DeserializeOwned>(
+    values: &[serde_json::Value],
+    path: &str,
+) -> Result<Vec<T>, RenderError> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| parse_value(v, format!("{path}[{i}]")))
+        .collect()
+}
+
+pub(crate) fn non_empty<T>(v: Vec<T>) -> Option<Vec<T>> {
+    (!v.is_empty()).then_some(v)
+}
+
+fn non_empty_map(m: BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
+    (!m.is_empty()).then_some(m)
+}
