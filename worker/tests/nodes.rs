@@ -545,6 +545,7 @@ fn envelope(trace: &str, seq: u64, ts: f64) -> Option<InputInfo> {
         metadata: Default::default(),
         trace_id: trace.into(),
         seq,
+        replica_id: 0,
     }))
 }
 

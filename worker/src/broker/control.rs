@@ -128,7 +128,7 @@ pub async fn subscribe_control(
         .subscribe(subject.clone())
         .await
         .map_err(|e| failed(e.to_string()))?;
-    if !broker.flush(CONTROL_FLUSH_TIMEOUT).await {
+    if !round_trip(broker, CONTROL_FLUSH_TIMEOUT).await {
         return Err(failed("the server did not confirm the subscription".into()));
     }
     let observed = StopFlag::new();
@@ -142,6 +142,23 @@ pub async fn subscribe_control(
         let _ = subscriber.unsubscribe().await;
     });
     Ok(ControlSubscription { observed, task })
+}
+
+/// A server round trip on `broker`'s connection: an echo of our own message on a fresh
+/// inbox. The server handles one connection's operations in order, so once the echo is back
+/// every subscription made before it is registered. (`flush` alone only writes the socket:
+/// a stop published on another connection right after could reach the server first and be
+/// missed.)
+async fn round_trip(broker: &Broker, within: Duration) -> bool {
+    let client = broker.client();
+    let inbox = client.new_inbox();
+    let Ok(mut echo) = client.subscribe(inbox.clone()).await else {
+        return false;
+    };
+    let sent = client.publish(inbox, Bytes::new()).await.is_ok() && broker.flush(within).await;
+    let back = sent && matches!(tokio::time::timeout(within, echo.next()).await, Ok(Some(_)));
+    let _ = echo.unsubscribe().await;
+    back
 }
 
 /// Publishes the flow-wide stop (`stop` on NAME-8) and flushes it (CTRL-1). The subject has

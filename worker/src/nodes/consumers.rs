@@ -125,7 +125,9 @@ impl Consumer for FileAppenderConsumer {
 
 /// `videoflow.rs.consumers.JsonlSink` (ours): appends one JSON object per group to `path`
 /// (folders created) with `node`, `replica`, `trace_id`, `seq`, `event_ts` (the first
-/// parent's envelope), `input_key`, `arrival_ts` (wall clock at consume), `value` (the one
+/// parent's envelope), `producer_replica` (the `replica_id` of the replica that published
+/// that envelope: which replica of a competing or partitioned parent produced it),
+/// `input_key`, `arrival_ts` (wall clock at consume), `value` (the one
 /// input, or an array of them, ints and doubles kept apart; see
 /// [`input_to_json`]) and, for several parents, `parents`
 /// (`{name: {trace_id, seq, event_ts} | null}`). Tests read it back to check a whole flow.
@@ -161,6 +163,7 @@ impl JsonlSink {
             "trace_id": first.map(|e| e.trace_id.clone()),
             "seq": first.map(|e| e.seq),
             "event_ts": first.and_then(|e| e.event_ts),
+            "producer_replica": first.map(|e| e.replica_id),
             "input_key": ctx.input_key,
             "arrival_ts": arrival_ts,
             "value": value,

@@ -20,6 +20,9 @@ pub struct EnvelopeInfo {
     pub trace_id: String,
     /// The envelope's seq.
     pub seq: u64,
+    /// The `replica_id` of the replica that published the envelope (WIRE-4): lets a sink
+    /// tell which replica of a partitioned or competing parent produced an output.
+    pub replica_id: u32,
 }
 
 /// One parent's part of the current group, as `ctx.input_info[parent]` reads in 1.0.4.

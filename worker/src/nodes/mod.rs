@@ -12,6 +12,8 @@
 //!   Python reference's class names.
 //! - [`producers`], [`processors`], [`aggregators`], [`consumers`] — the built-in nodes.
 //! - [`convert`] — how a payload reads as a Python object: `Value`s, `str()` and JSON.
+//! - [`testing`] — test-support nodes (`TickProducer`, `FailOn`, `FailingProducer`) that let
+//!   end-to-end tests drive time joins, the failure ladder, dead letters and ABORTs.
 //!
 //! **Python `None` as an output.** 1.0.4 publishes whatever `process()`/`next()` returns,
 //! `None` included, as a `videoflow.v1.Value` holding `null_value`; it never skips the
@@ -27,6 +29,7 @@ mod params;
 pub mod processors;
 pub mod producers;
 pub mod registry;
+pub mod testing;
 
 use videoflow_core::envelope::Payload;
 use videoflow_core::errors::VfError;

@@ -134,6 +134,23 @@ impl<'a> Params<'a> {
         })
     }
 
+    /// A parameter of any JSON shape (`None` when absent or `null`), for nodes that take a
+    /// literal value.
+    pub(crate) fn opt_json(&mut self, name: &'static str) -> Option<&'a Json> {
+        self.get(name)
+    }
+
+    /// A list of integers (absent ⇒ empty).
+    pub(crate) fn int_list(&mut self, name: &'static str) -> Result<Vec<i64>, VfError> {
+        match self.get(name) {
+            None => Ok(Vec::new()),
+            Some(v) => v
+                .as_array()
+                .and_then(|items| items.iter().map(Json::as_i64).collect::<Option<Vec<_>>>())
+                .ok_or_else(|| self.bad(name, "a list of integers", v)),
+        }
+    }
+
     /// A boolean parameter.
     pub(crate) fn bool(&mut self, name: &'static str, default: bool) -> Result<bool, VfError> {
         match self.get(name) {

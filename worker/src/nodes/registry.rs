@@ -17,6 +17,7 @@ use super::consumers::{CommandlineConsumer, FileAppenderConsumer, JsonlSink, Voi
 use super::params::{ConsumerFlags, Family, Params};
 use super::processors::{IdentityProcessor, JoinerProcessor, ServiceTimeProcessor};
 use super::producers::{IntProducer, SyntheticFrameProducer};
+use super::testing::{FailOn, FailingProducer, TickProducer};
 use super::{Consumer, Processor, Producer};
 
 /// Declarations a consumer carries in its params (1.0.4 `ConsumerNode.__init__`) that the
@@ -110,6 +111,18 @@ const CLASSES: &[Class] = &[
         build: |p, _| SyntheticFrameProducer::from_params(p).map(producer),
     },
     Class {
+        canonical: "videoflow.rs.producers.TickProducer",
+        alias: None,
+        family: Family::Producer,
+        build: |p, _| TickProducer::from_params(p).map(producer),
+    },
+    Class {
+        canonical: "videoflow.rs.producers.FailingProducer",
+        alias: None,
+        family: Family::Producer,
+        build: |p, _| FailingProducer::from_params(p).map(producer),
+    },
+    Class {
         canonical: "videoflow.processors.basic.IdentityProcessor",
         alias: Some("videoflow.processors.IdentityProcessor"),
         family: Family::Processor,
@@ -156,6 +169,12 @@ const CLASSES: &[Class] = &[
         alias: None,
         family: Family::Processor,
         build: |p, _| ServiceTimeProcessor::from_params(p).map(processor),
+    },
+    Class {
+        canonical: "videoflow.rs.processors.FailOn",
+        alias: None,
+        family: Family::Processor,
+        build: |p, _| FailOn::from_params(p).map(processor),
     },
     Class {
         canonical: "videoflow.consumers.basic.CommandlineConsumer",

@@ -253,6 +253,7 @@ fn node_inputs(
         metadata: e.payload.metadata.clone(),
         trace_id: e.trace_id.clone(),
         seq: e.seq,
+        replica_id: e.payload.replica_id,
     };
     let mut node_inputs = Vec::with_capacity(inputs.len());
     let mut info = Vec::with_capacity(inputs.len());

@@ -38,6 +38,8 @@ const REPLAY_TARGET: &str = "VF-Replay-Target";
 pub(crate) struct Member {
     pub(crate) payload: Payload,
     pub(crate) metadata: BTreeMap<String, Value>,
+    /// The publishing replica (the envelope's `replica_id`), for the node's `input_info`.
+    pub(crate) replica_id: u32,
 }
 
 /// What one receive returns.
@@ -263,6 +265,7 @@ impl Receiver {
             payload: Member {
                 payload: env.payload,
                 metadata: env.metadata,
+                replica_id: env.replica_id,
             },
         };
         if let Err(e) = self.join.add(&parent, entry, held) {
