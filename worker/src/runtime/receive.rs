@@ -232,7 +232,12 @@ impl Receiver {
             let nb = u32::try_from(self.cfg.nb_tasks).unwrap_or(u32::MAX);
             let owner = partition::owner(key.as_deref(), nb, KeyPolicy::Reject);
             if !owner.is_owned_by(self.replica()) {
-                d.handle.ack().await;
+                // PART-4: ack and skip before any blob fetch; after a confirmed ack this
+                // replica's share of an offloaded payload is released (BLOB-6).
+                let confirmed = d.handle.ack().await.is_confirmed();
+                if confirmed && let (Some(store), Some(r)) = (&self.blob, env.blob_ref()) {
+                    store.release(r).await;
+                }
                 self.skipped += 1;
                 return;
             }
