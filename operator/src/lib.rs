@@ -6,9 +6,11 @@
 //! - [`render`]: desired state, a pure function from a `Flow` to the typed Kubernetes objects
 //!   of its run (ConfigMap, provisioning Job, workloads, Services, PodDisruptionBudgets), and
 //!   their YAML (`videoflow-operator render`).
-//!
-//! Reconcile and status computation land in later slices of issue #7.
+//! - [`controller`]: the reconciler — admission, server-side apply and pruning, status
+//!   conditions from Jobs and pods, the teardown finalizer, events and metrics
+//!   (`videoflow-operator run`).
 
+pub mod controller;
 pub mod crd;
 pub mod render;
 

@@ -9,8 +9,8 @@ use videoflow_operator::render::{self, RenderConfig};
 
 /// The videoflow operator: runs Flow resources (videoflow.io/v1alpha1) on Kubernetes.
 ///
-/// Today it prints the Flow CRD (`crd`) and renders a Flow's child objects offline
-/// (`render`); the controller (`run`) arrives with a later slice of issue #7.
+/// `run` starts the controller; `crd` prints the Flow CRD and `render` renders a Flow's child
+/// objects offline.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Cli {
@@ -20,6 +20,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the controller: reconcile Flow resources until SIGTERM or Ctrl-C.
+    ///
+    /// Logs are JSON lines on stderr; metrics (Prometheus text) and a liveness probe are
+    /// served on --metrics-addr (/metrics, /healthz). Runs as a single replica: there is no
+    /// leader election yet.
+    #[command(verbatim_doc_comment)]
+    Run(RunArgs),
     /// Print the Flow CustomResourceDefinition as YAML.
     ///
     /// Generated from the Rust types, so it always matches this binary.
@@ -57,9 +64,162 @@ enum Command {
     },
 }
 
+/// Options of `run`; each also reads a `VF_OPERATOR_*` variable so a Deployment sets them
+/// in its environment.
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "VF_OPERATOR_NAMESPACE", value_name = "NAMESPACE")]
+    namespace: Option<String>,
+    /// Flows reconciled at once.
+    #[arg(long, env = "VF_OPERATOR_CONCURRENCY", default_value_t = 4)]
+    concurrency: u16,
+    /// Address of the metrics and health endpoint.
+    #[arg(long, env = "VF_OPERATOR_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    metrics_addr: std::net::SocketAddr,
+    /// Worker image when a Flow's spec.image.worker is absent.
+    #[arg(long, env = "VF_OPERATOR_WORKER_IMAGE", default_value = render::DEFAULT_WORKER_IMAGE)]
+    image: String,
+    /// Pull policy when a Flow's spec.image.pullPolicy is absent.
+    #[arg(
+        long,
+        env = "VF_OPERATOR_IMAGE_PULL_POLICY",
+        default_value = "IfNotPresent"
+    )]
+    image_pull_policy: String,
+    /// NATS URL when a Flow names no broker.
+    #[arg(long, env = "VF_OPERATOR_NATS_URL", value_name = "URL")]
+    nats_url: Option<String>,
+    /// Seconds a pod may stay unschedulable before its Flow is Stalled.
+    #[arg(
+        long,
+        env = "VF_OPERATOR_UNSCHEDULABLE_GRACE_SECONDS",
+        default_value_t = 300
+    )]
+    unschedulable_grace_seconds: u64,
+    /// This replica's name in Events (the pod name, from the downward API).
+    #[arg(long, env = "POD_NAME")]
+    instance: Option<String>,
+}
+
+/// Starts the controller and the metrics endpoint; returns after a graceful shutdown.
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    use std::sync::Arc;
+    use videoflow_operator::controller::{self, Context, Metrics, RunConfig, StatusConfig};
+
+    tracing_subscriber::fmt()
+        .json()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let client = kube::Client::try_default()
+            .await
+            .context("connecting to the Kubernetes API (in-cluster or kubeconfig)")?;
+        let metrics = Arc::new(Metrics::new());
+        let listener = tokio::net::TcpListener::bind(args.metrics_addr)
+            .await
+            .with_context(|| format!("binding the metrics address {}", args.metrics_addr))?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve_metrics(listener, metrics.clone(), stop_rx));
+        let ctx = Arc::new(Context::new(
+            client,
+            RenderConfig {
+                worker_image: args.image,
+                image_pull_policy: args.image_pull_policy,
+                namespace: args
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".to_owned()),
+                nats_url: args.nats_url,
+            },
+            StatusConfig {
+                unschedulable_grace: std::time::Duration::from_secs(
+                    args.unschedulable_grace_seconds,
+                ),
+            },
+            metrics,
+            controller::system_clock(),
+            args.instance,
+        ));
+        tracing::info!(namespace = ?args.namespace, concurrency = args.concurrency, "starting");
+        let config = RunConfig {
+            namespace: args.namespace,
+            concurrency: args.concurrency,
+        };
+        controller::run(ctx, config, shutdown_signal()).await;
+        tracing::info!("controller stopped; stopping the metrics endpoint");
+        let _ = stop_tx.send(());
+        server.await.context("metrics endpoint task")??;
+        Ok(())
+    })
+}
+
+/// Resolves on SIGTERM (what the kubelet sends) or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
+
+/// `/metrics` (Prometheus text) and `/healthz`, until `stop` fires.
+async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    metrics: std::sync::Arc<videoflow_operator::controller::Metrics>,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> anyhow::Result<()> {
+    use axum::routing::get;
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let metrics = metrics.clone();
+                async move {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8",
+                        )],
+                        metrics.encode(),
+                    )
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok" }));
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = stop.await;
+        })
+        .await
+        .context("serving metrics")
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let text = match cli.command {
+        Command::Run(args) => return run(args),
         Command::Crd => videoflow_operator::crd::crd_yaml(),
         Command::Render {
             file,

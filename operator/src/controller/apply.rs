@@ -1,0 +1,276 @@
+//! Apply and prune: the only steps that write children.
+//!
+//! Server-side apply with one field manager ([`FIELD_MANAGER`]) and `force`, so the operator
+//! owns every field it renders and a `kubectl edit` of one is taken back on the next change.
+//! "No writes when nothing changed" is a plan decision, not an API-server one: every rendered
+//! object carries a fingerprint of itself ([`APPLIED_HASH_ANNOTATION`]) and is applied only
+//! when the fingerprint of what exists differs. An SSA that changes nothing still costs a
+//! write request, an audit entry and, for some kinds, a resourceVersion bump that retriggers
+//! every watcher.
+//!
+//! The plan is pure ([`plan`]); [`execute`] is the thin I/O around it.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+
+use super::error::ReconcileError;
+use super::observe::{Applied, Child, Observed};
+use crate::render::{Object, Rendered};
+
+/// The one field manager of every write the operator makes.
+pub const FIELD_MANAGER: &str = "videoflow-operator";
+
+/// Fingerprint of the rendered object, written on it: equal fingerprints mean nothing to do.
+pub const APPLIED_HASH_ANNOTATION: &str = "videoflow.io/applied-hash";
+
+/// Components the plan never prunes: the teardown Job lives through the Flow's deletion.
+const NEVER_PRUNED: [&str; 1] = [super::teardown::TEARDOWN_COMPONENT];
+
+/// When in the run an object may be applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// The specs ConfigMap and the provisioning Job: always.
+    Prepare,
+    /// Workers and their Services and PDBs: only once provisioning completed, because BATCH
+    /// streams drop what is published before their consumers exist.
+    Workers,
+}
+
+/// One rendered object ready to apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Desired {
+    /// Kubernetes kind.
+    pub kind: &'static str,
+    /// Name.
+    pub name: String,
+    /// The apply body, fingerprint annotation included.
+    pub body: serde_json::Value,
+    /// The fingerprint.
+    pub hash: String,
+    /// When it may be applied.
+    pub stage: Stage,
+}
+
+impl Desired {
+    /// Jobs are applied once per run: their pod template is immutable, so a changed Job
+    /// cannot be applied in place (a new run gets new Jobs).
+    pub fn create_only(&self) -> bool {
+        self.kind == "Job"
+    }
+
+    /// `Kind/name`, for logs and errors.
+    pub fn target(&self) -> String {
+        format!("{}/{}", self.kind, self.name)
+    }
+}
+
+/// The fingerprint of an apply body: SHA-256 of its JSON (object keys sorted by
+/// `serde_json`'s map), first 16 hex characters.
+pub fn fingerprint(body: &serde_json::Value) -> String {
+    let digest = Sha256::digest(body.to_string().as_bytes());
+    hex::encode(&digest[..8])
+}
+
+/// An object's apply body with its fingerprint annotation.
+pub fn desired(object: &Object<'_>, stage: Stage) -> Result<Desired, ReconcileError> {
+    let target = format!("{}/{}", object.kind(), object.name());
+    let mut body = serde_json::to_value(object).map_err(|source| ReconcileError::Serialize {
+        target: target.clone(),
+        source,
+    })?;
+    let hash = fingerprint(&body);
+    if let Some(meta) = body
+        .get_mut("metadata")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        let annotations = meta
+            .entry("annotations")
+            .or_insert_with(|| serde_json::json!({}));
+        if let Some(map) = annotations.as_object_mut() {
+            map.insert(
+                APPLIED_HASH_ANNOTATION.to_owned(),
+                serde_json::Value::String(hash.clone()),
+            );
+        }
+    }
+    Ok(Desired {
+        kind: object.kind(),
+        name: object.name().to_owned(),
+        body,
+        hash,
+        stage,
+    })
+}
+
+/// Every rendered object in apply order, with its stage.
+pub fn desired_objects(rendered: &Rendered) -> Result<Vec<Desired>, ReconcileError> {
+    let provision = rendered.provision.metadata.name.as_deref();
+    rendered
+        .objects()
+        .iter()
+        .map(|o| {
+            let prepare = matches!(o, Object::ConfigMap(_))
+                || (matches!(o, Object::Job(_)) && Some(o.name()) == provision);
+            desired(
+                o,
+                if prepare {
+                    Stage::Prepare
+                } else {
+                    Stage::Workers
+                },
+            )
+        })
+        .collect()
+}
+
+/// What one reconcile writes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Plan {
+    /// Objects to apply, in order.
+    pub apply: Vec<Desired>,
+    /// Children to delete: of retired runs and of nodes that left the spec.
+    pub prune: Vec<Child>,
+}
+
+impl Plan {
+    /// Whether the reconcile writes no child.
+    pub fn is_empty(&self) -> bool {
+        self.apply.is_empty() && self.prune.is_empty()
+    }
+}
+
+/// The plan: apply what is missing or changed (workers only once `provisioned`); prune every
+/// child of this Flow that is not desired.
+///
+/// Pruning is by label plus controller owner uid (when the Flow has one), never by owner
+/// references alone: the garbage collector only deletes children of a deleted owner, not
+/// the children of a node that left a living Flow's spec.
+pub fn plan(
+    desired: &[Desired],
+    observed: &Observed,
+    provisioned: bool,
+    flow_uid: Option<&str>,
+) -> Plan {
+    let children = observed.children();
+    let apply = desired
+        .iter()
+        .filter(|d| provisioned || d.stage == Stage::Prepare)
+        .filter(|d| {
+            match children
+                .iter()
+                .find(|c| c.kind == d.kind && c.name == d.name)
+            {
+                None => true,
+                Some(_) if d.create_only() => false,
+                Some(c) => c.applied_hash.as_deref() != Some(d.hash.as_str()),
+            }
+        })
+        .cloned()
+        .collect();
+    let wanted: BTreeSet<(&str, &str)> =
+        desired.iter().map(|d| (d.kind, d.name.as_str())).collect();
+    let prune = children
+        .into_iter()
+        .filter(|c| !c.deleting && !wanted.contains(&(c.kind, c.name.as_str())))
+        .filter(|c| {
+            c.component
+                .as_deref()
+                .is_none_or(|comp| !NEVER_PRUNED.contains(&comp))
+        })
+        .filter(|c| match (flow_uid, c.owner_uid.as_deref()) {
+            (Some(flow), Some(owner)) => flow == owner,
+            (Some(_), None) => false,
+            (None, _) => true,
+        })
+        .collect();
+    Plan { apply, prune }
+}
+
+async fn ssa<K>(client: &Client, ns: &str, d: &Desired) -> Result<K, ReconcileError>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    api.patch(
+        &d.name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&d.body),
+    )
+    .await
+    .map_err(|e| ReconcileError::kube("apply", d.target(), e))
+}
+
+/// Server-side applies one object and returns what the API server made of it.
+pub async fn apply_one(client: &Client, ns: &str, d: &Desired) -> Result<Applied, ReconcileError> {
+    Ok(match d.kind {
+        "ConfigMap" => Applied::ConfigMap(ssa::<ConfigMap>(client, ns, d).await?),
+        "Job" => Applied::Job(ssa::<Job>(client, ns, d).await?),
+        "Deployment" => Applied::Deployment(ssa::<Deployment>(client, ns, d).await?),
+        "StatefulSet" => Applied::StatefulSet(ssa::<StatefulSet>(client, ns, d).await?),
+        "Service" => Applied::Service(ssa::<Service>(client, ns, d).await?),
+        _ => Applied::PodDisruptionBudget(ssa::<PodDisruptionBudget>(client, ns, d).await?),
+    })
+}
+
+async fn delete<K>(client: &Client, ns: &str, c: &Child) -> Result<(), ReconcileError>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    match api.delete(&c.name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        // Already gone: what pruning wanted.
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(ReconcileError::kube(
+            "delete",
+            format!("{}/{}", c.kind, c.name),
+            e,
+        )),
+    }
+}
+
+/// Deletes one child, its dependents in the background (a Job's pods go with it).
+pub async fn delete_child(client: &Client, ns: &str, c: &Child) -> Result<(), ReconcileError> {
+    match c.kind {
+        "ConfigMap" => delete::<ConfigMap>(client, ns, c).await,
+        "Job" => delete::<Job>(client, ns, c).await,
+        "Deployment" => delete::<Deployment>(client, ns, c).await,
+        "StatefulSet" => delete::<StatefulSet>(client, ns, c).await,
+        "Service" => delete::<Service>(client, ns, c).await,
+        _ => delete::<PodDisruptionBudget>(client, ns, c).await,
+    }
+}
+
+/// Runs the plan: applies in order, then prunes; `observed` follows every write.
+pub async fn execute(
+    client: &Client,
+    ns: &str,
+    plan: &Plan,
+    observed: &mut Observed,
+) -> Result<(), ReconcileError> {
+    for d in &plan.apply {
+        tracing::info!(object = %d.target(), "applying");
+        observed.record(apply_one(client, ns, d).await?);
+    }
+    for c in &plan.prune {
+        tracing::info!(object = %format!("{}/{}", c.kind, c.name), "pruning");
+        delete_child(client, ns, c).await?;
+        observed.forget(c.kind, &c.name);
+    }
+    Ok(())
+}

@@ -1,0 +1,203 @@
+//! The reconciler: a kube-runtime Controller for `Flow` (design §7, issue #7).
+//!
+//! Modules, in pipeline order:
+//! - [`admission`]: validation, the autoscaling refusal and rendering, all problems at once
+//!   (pure);
+//! - [`observe`]: the Flow's children and pods, read by label;
+//! - [`apply`]: the apply/prune plan (pure) and server-side apply with one field manager;
+//! - [`termination`]: container exits and stuck containers explained (pure);
+//! - [`status`]: conditions, nodes and phase (pure);
+//! - [`events`]: Kubernetes Events on transitions (pure diff, thin publish);
+//! - [`teardown`]: the finalizer's teardown Job and its decision (pure);
+//! - [`reconcile`](mod@reconcile): the pipeline itself and the error policy;
+//! - [`metrics`]: Prometheus metrics.
+//!
+//! [`run`] wires them into a Controller: it owns the kinds the renderer makes (Jobs,
+//! Deployments, StatefulSets, Services, ConfigMaps, PodDisruptionBudgets) and watches the
+//! pods the operator's workloads create, all label-selected so the watches carry only
+//! videoflow's objects.
+
+pub mod admission;
+pub mod apply;
+pub mod error;
+pub mod events;
+pub mod metrics;
+pub mod observe;
+pub mod reconcile;
+pub mod status;
+pub mod teardown;
+pub mod termination;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+
+pub use error::ReconcileError;
+pub use metrics::Metrics;
+pub use reconcile::{error_policy, reconcile};
+pub use status::StatusConfig;
+
+use crate::crd::Flow;
+use crate::render::RenderConfig;
+use crate::render::labels::{LABEL_FLOW, LABEL_MANAGED_BY, MANAGED_BY};
+
+/// The reporting controller of Events and the field manager of writes.
+pub const CONTROLLER_NAME: &str = "videoflow-operator";
+
+/// Where "now" comes from: the system clock in the operator, a fixed instant in tests.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// The system clock, truncated to whole seconds as `metav1.Time` stores it, so a condition
+/// written and read back compares equal.
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH)
+    })
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// The one Event recorder of the process (its series cache aggregates repeats).
+    pub recorder: Recorder,
+    /// The operator's rendering defaults.
+    pub render: RenderConfig,
+    /// Status knobs.
+    pub status: StatusConfig,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// The clock.
+    pub clock: Clock,
+    /// Consecutive failures per Flow, for the error policy's backoff.
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    /// A context over `client`; `instance` names this replica in Events (its pod name).
+    pub fn new(
+        client: Client,
+        render: RenderConfig,
+        status: StatusConfig,
+        metrics: Arc<Metrics>,
+        clock: Clock,
+        instance: Option<String>,
+    ) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: CONTROLLER_NAME.to_owned(),
+                instance,
+            },
+        );
+        Context {
+            client,
+            recorder,
+            render,
+            status,
+            metrics,
+            clock,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Now, from the context's clock.
+    pub fn now(&self) -> Timestamp {
+        (self.clock)()
+    }
+
+    fn key(flow: &Flow) -> String {
+        format!(
+            "{}/{}",
+            flow.namespace().unwrap_or_default(),
+            flow.name_any()
+        )
+    }
+
+    /// Counts a failed reconcile of `flow`; returns the consecutive count.
+    pub fn count_failure(&self, flow: &Flow) -> u32 {
+        let Ok(mut failures) = self.failures.lock() else {
+            return 1;
+        };
+        let n = failures.entry(Self::key(flow)).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    /// Resets the failure count of `flow` after a successful reconcile.
+    pub fn forget_failures(&self, flow: &Flow) {
+        if let Ok(mut failures) = self.failures.lock() {
+            failures.remove(&Self::key(flow));
+        }
+    }
+}
+
+/// How the Controller runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunConfig {
+    /// Watch one namespace; `None` watches all.
+    pub namespace: Option<String>,
+    /// Flows reconciled at once (different Flows; one Flow is never reconciled twice at once).
+    pub concurrency: u16,
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// The Flow a pod belongs to, from its labels (pods are owned by workloads, not the Flow).
+pub fn flow_of_pod(pod: &Pod) -> Option<ObjectRef<Flow>> {
+    let labels = pod.labels();
+    if labels.get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGED_BY) {
+        return None;
+    }
+    let flow = labels.get(LABEL_FLOW)?;
+    Some(ObjectRef::new(flow).within(&pod.namespace()?))
+}
+
+/// Runs the Controller until `shutdown` resolves; in-flight reconciles finish first.
+pub async fn run(
+    ctx: Arc<Context>,
+    config: RunConfig,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    let ns = config.namespace.as_deref();
+    let owned = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
+    Controller::new(api::<Flow>(&client, ns), watcher::Config::default())
+        .owns(api::<ConfigMap>(&client, ns), owned.clone())
+        .owns(api::<Job>(&client, ns), owned.clone())
+        .owns(api::<Deployment>(&client, ns), owned.clone())
+        .owns(api::<StatefulSet>(&client, ns), owned.clone())
+        .owns(api::<Service>(&client, ns), owned.clone())
+        .owns(api::<PodDisruptionBudget>(&client, ns), owned.clone())
+        .watches(api::<Pod>(&client, ns), owned, |pod| flow_of_pod(&pod))
+        .with_config(controller::Config::default().concurrency(config.concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((flow, _)) => tracing::debug!(flow = %flow, "reconciled"),
+                Err(e) => tracing::warn!(error = %e, "controller"),
+            }
+        })
+        .await;
+}

@@ -1,0 +1,294 @@
+//! The reconcile pipeline (design §7): admit (pure) → observe (read) → plan (pure) → apply
+//! and prune (write) → status (pure) → patch status and publish events (write, only when
+//! something changed).
+//!
+//! The I/O steps are thin; every decision is made by a pure function of [`super::admission`],
+//! [`super::apply`], [`super::status`], [`super::events`] or [`super::teardown`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+
+use super::Context;
+use super::admission::admit;
+use super::apply::{self, FIELD_MANAGER, Stage, desired_objects, plan};
+use super::error::ReconcileError;
+use super::events::{Transition, publish, transitions};
+use super::observe::observe;
+use super::status::{self, compute_status, rejected_status};
+use super::teardown::{
+    FINALIZER, TEARDOWN_COMPONENT, TeardownOutcome, TeardownStep, teardown_job, teardown_step,
+};
+use crate::crd::{Flow, FlowStatus};
+use crate::render::{Object, render};
+
+/// Look again this often even when no watch event arrives: a safety net for missed events;
+/// an unchanged Flow costs reads only.
+pub const RESYNC: Duration = Duration::from_secs(300);
+
+/// Reconciles one Flow; the entry point the Controller calls.
+pub async fn reconcile(flow: Arc<Flow>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let result = reconcile_flow(&flow, &ctx).await;
+    ctx.metrics.reconciled(
+        started.elapsed(),
+        result.as_ref().err().map(ReconcileError::metric_label),
+    );
+    if result.is_ok() {
+        ctx.forget_failures(&flow);
+    }
+    result
+}
+
+/// The error policy: exponential backoff per Flow (5 s doubling to 5 min), reset by the
+/// next successful reconcile.
+pub fn error_policy(flow: Arc<Flow>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
+    let failures = ctx.count_failure(&flow);
+    let delay = backoff(failures);
+    tracing::warn!(
+        flow = %flow.name_any(),
+        namespace = flow.namespace().unwrap_or_default(),
+        code = error.code().code(),
+        error = %error,
+        retry_in_s = delay.as_secs(),
+        "reconcile failed"
+    );
+    Action::requeue(delay)
+}
+
+/// 5 s × 2^(failures − 1), at most 5 minutes.
+pub fn backoff(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(6);
+    Duration::from_secs(5 * (1u64 << exp)).min(Duration::from_secs(300))
+}
+
+async fn reconcile_flow(flow: &Flow, ctx: &Context) -> Result<Action, ReconcileError> {
+    let name = flow
+        .metadata
+        .name
+        .clone()
+        .ok_or(ReconcileError::MissingMetadata("metadata.name"))?;
+    let ns = flow
+        .metadata
+        .namespace
+        .clone()
+        .ok_or(ReconcileError::MissingMetadata("metadata.namespace"))?;
+    if flow.metadata.deletion_timestamp.is_some() {
+        return cleanup(flow, ctx, &name, &ns).await;
+    }
+    let now = ctx.now();
+    let rendered = match admit(flow, &ctx.render) {
+        Ok(rendered) => rendered,
+        Err(problems) => {
+            // Invalid input: nothing is applied, the user is told, and only a change of the
+            // Flow can help, so wait for one.
+            let new = rejected_status(flow, &problems, now);
+            write_status(ctx, flow, &name, &ns, new).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let mut observed = observe(&ctx.client, &ns, &name).await?;
+    let desired = desired_objects(&rendered)?;
+    let provisioned = status::provisioned(&rendered, &observed);
+    let uid = flow.uid();
+    let plan = plan(&desired, &observed, provisioned, uid.as_deref());
+    if !flow.finalizers().iter().any(|f| f == FINALIZER) {
+        add_finalizer(ctx, flow, &name, &ns).await?;
+    }
+    apply::execute(&ctx.client, &ns, &plan, &mut observed).await?;
+    let computed = compute_status(flow, &rendered, &observed, now, &ctx.status);
+    write_status(ctx, flow, &name, &ns, computed.status).await?;
+    Ok(Action::requeue(
+        computed.recheck_after.unwrap_or(RESYNC).min(RESYNC),
+    ))
+}
+
+/// Patches the status (server-side apply, the operator's field manager) when it differs from
+/// the stored one, then publishes the transitions between them.
+async fn write_status(
+    ctx: &Context,
+    flow: &Flow,
+    name: &str,
+    ns: &str,
+    new: FlowStatus,
+) -> Result<(), ReconcileError> {
+    ctx.metrics.set_phase(&format!("{ns}/{name}"), new.phase);
+    let old = flow.status.clone().unwrap_or_default();
+    if old == new {
+        return Ok(());
+    }
+    let api: Api<Flow> = Api::namespaced(ctx.client.clone(), ns);
+    let body = serde_json::json!({
+        "apiVersion": Flow::api_version(&()),
+        "kind": Flow::kind(&()),
+        "status": new,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(|e| ReconcileError::kube("patch status", format!("Flow/{name}"), e))?;
+    for t in transitions(&old, &new) {
+        publish(&ctx.recorder, flow, &t).await;
+    }
+    Ok(())
+}
+
+/// Adds the finalizer with a JSON patch guarded by a test, so a concurrent change of the
+/// finalizer list fails the patch (and the reconcile retries) instead of being overwritten.
+async fn add_finalizer(
+    ctx: &Context,
+    flow: &Flow,
+    name: &str,
+    ns: &str,
+) -> Result<(), ReconcileError> {
+    let ops = if flow.metadata.finalizers.as_ref().is_none_or(Vec::is_empty) {
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+        ])
+    } else {
+        serde_json::json!([{"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER}])
+    };
+    json_patch(ctx, name, ns, ops, "add finalizer").await
+}
+
+/// Removes the finalizer at its index, guarded by a test of that index.
+async fn remove_finalizer(
+    ctx: &Context,
+    flow: &Flow,
+    name: &str,
+    ns: &str,
+) -> Result<(), ReconcileError> {
+    let Some(i) = flow.finalizers().iter().position(|f| f == FINALIZER) else {
+        return Ok(());
+    };
+    let path = format!("/metadata/finalizers/{i}");
+    let ops = serde_json::json!([
+        {"op": "test", "path": path, "value": FINALIZER},
+        {"op": "remove", "path": path},
+    ]);
+    json_patch(ctx, name, ns, ops, "remove finalizer").await
+}
+
+async fn json_patch(
+    ctx: &Context,
+    name: &str,
+    ns: &str,
+    ops: serde_json::Value,
+    action: &'static str,
+) -> Result<(), ReconcileError> {
+    let patch = serde_json::from_value(ops).map_err(|source| ReconcileError::Serialize {
+        target: format!("Flow/{name} finalizers"),
+        source,
+    })?;
+    let api: Api<Flow> = Api::namespaced(ctx.client.clone(), ns);
+    api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .map(|_| ())
+        .map_err(|e| ReconcileError::kube(action, format!("Flow/{name}"), e))
+}
+
+/// The Flow is being deleted: stop the run, tear its streams down, release the Flow.
+async fn cleanup(
+    flow: &Flow,
+    ctx: &Context,
+    name: &str,
+    ns: &str,
+) -> Result<Action, ReconcileError> {
+    let key = format!("{ns}/{name}");
+    if !flow.finalizers().iter().any(|f| f == FINALIZER) {
+        ctx.metrics.set_phase(&key, None);
+        return Ok(Action::await_change());
+    }
+    let rendered = match render(flow, &ctx.render) {
+        Ok(rendered) => rendered,
+        Err(e) => {
+            return release(
+                ctx,
+                flow,
+                name,
+                ns,
+                TeardownOutcome::Unrenderable(e.to_string()),
+            )
+            .await;
+        }
+    };
+    let mut observed = observe(&ctx.client, ns, name).await?;
+    // Stop the run first, so no worker is still publishing while its streams go away. The
+    // specs ConfigMap stays: the teardown pod mounts it.
+    for c in observed.children() {
+        let keep = c.kind == "ConfigMap"
+            || c.deleting
+            || c.component.as_deref() == Some(TEARDOWN_COMPONENT);
+        if !keep {
+            apply::delete_child(&ctx.client, ns, &c).await?;
+            observed.forget(c.kind, &c.name);
+        }
+    }
+    let job = teardown_job(&rendered);
+    let job_name = job.metadata.name.clone().unwrap_or_default();
+    let deleting_since = flow.metadata.deletion_timestamp.as_ref().map(|t| t.0);
+    match teardown_step(observed.job(&job_name), deleting_since, ctx.now()) {
+        TeardownStep::Start => {
+            let d = apply::desired(&Object::Job(&job), Stage::Prepare)?;
+            apply::apply_one(&ctx.client, ns, &d).await?;
+            Ok(Action::requeue(Duration::from_secs(60)))
+        }
+        TeardownStep::Wait(delay) => Ok(Action::requeue(delay)),
+        TeardownStep::Release(outcome) => release(ctx, flow, name, ns, outcome).await,
+    }
+}
+
+/// Ends the deletion: an event saying how the teardown went, then the finalizer goes.
+async fn release(
+    ctx: &Context,
+    flow: &Flow,
+    name: &str,
+    ns: &str,
+    outcome: TeardownOutcome,
+) -> Result<Action, ReconcileError> {
+    let run = flow
+        .status
+        .as_ref()
+        .and_then(|s| s.run_id.clone())
+        .unwrap_or_else(|| "(unknown)".to_owned());
+    let leftover = format!(
+        "the streams of run {run} may remain; remove them with `videoflow-worker teardown` \
+         (VF_FLOW_ID={name}, VF_RUN_ID={run}) once the broker is reachable"
+    );
+    let t = match outcome {
+        TeardownOutcome::Done => Transition {
+            warning: false,
+            reason: "TornDown".to_owned(),
+            note: format!("the streams and durables of run {run} were deleted"),
+        },
+        TeardownOutcome::Failed(why) => Transition {
+            warning: true,
+            reason: "TeardownFailed".to_owned(),
+            note: format!("the teardown Job failed ({why}); {leftover}"),
+        },
+        TeardownOutcome::TimedOut => Transition {
+            warning: true,
+            reason: "TeardownTimedOut".to_owned(),
+            note: format!(
+                "the teardown did not finish within {} s; {leftover}",
+                super::teardown::TEARDOWN_MAX_WAIT.as_secs()
+            ),
+        },
+        TeardownOutcome::Unrenderable(why) => Transition {
+            warning: true,
+            reason: "TeardownSkipped".to_owned(),
+            note: format!("the Flow cannot be rendered ({why}); {leftover}"),
+        },
+    };
+    publish(&ctx.recorder, flow, &t).await;
+    remove_finalizer(ctx, flow, name, ns).await?;
+    ctx.metrics.set_phase(&format!("{ns}/{name}"), None);
+    Ok(Action::await_change())
+}

@@ -1,0 +1,1079 @@
+//! The reconciler against a mocked API server (issue #7, design §7 and §9): a `tower-test`
+//! service behind a real `kube::Client`.
+//!
+//! Each scenario seeds the objects the API server holds, runs one reconcile, and asserts
+//! every request in order — method, URI and, for writes, the body. The mock answers
+//! whatever it is asked, so an unexpected request is not an error on the server side: it
+//! shows up in the recorded list, which each test compares exactly. The server task ends
+//! when the client is dropped, so a request issued after the reconcile returned (a stray
+//! background write) is recorded too; a timeout bounds the whole scenario.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response};
+use k8s_openapi::jiff::Timestamp;
+use kube::client::Body;
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+use videoflow_operator::controller::{Context, Metrics, StatusConfig, reconcile};
+use videoflow_operator::crd::Flow;
+use videoflow_operator::render::{self, RenderConfig};
+
+const NS: &str = "videoflow";
+const UID: &str = "6f1c2d3e-0000-4000-8000-000000000001";
+const NOW: &str = "2030-01-01T12:00:00Z";
+const EARLIER: &str = "2030-01-01T11:00:00Z";
+
+// ---------------------------------------------------------------------------------------------
+// Flows.
+
+const REALTIME: &str = r#"
+apiVersion: videoflow.io/v1alpha1
+kind: Flow
+metadata: {name: cams}
+spec:
+  type: realtime
+  broker: {url: "nats://nats:4222"}
+  nodes:
+  - {name: camera, kind: producer, finite: false, component: {builtin: videoflow.producers.basic.IntProducer}}
+  - {name: detect, kind: processor, parents: [camera], component: {builtin: videoflow.processors.basic.IdentityProcessor}}
+  - {name: sink, kind: consumer, parents: [detect], component: {builtin: videoflow.consumers.basic.VoidConsumer}}
+"#;
+
+const BATCH: &str = r#"
+apiVersion: videoflow.io/v1alpha1
+kind: Flow
+metadata: {name: nums}
+spec:
+  type: batch
+  broker: {url: "nats://nats:4222"}
+  nodes:
+  - {name: numbers, kind: producer, component: {builtin: videoflow.producers.basic.IntProducer}}
+  - {name: double, kind: processor, parents: [numbers], component: {builtin: videoflow.processors.basic.IdentityProcessor}}
+  - {name: sink, kind: consumer, parents: [double], component: {builtin: videoflow.consumers.basic.VoidConsumer}}
+"#;
+
+/// The issue's example: a BATCH flow with autoscaling on a processor plus a two-replica join
+/// without partitionBy.
+const INVALID: &str = r#"
+apiVersion: videoflow.io/v1alpha1
+kind: Flow
+metadata: {name: bad}
+spec:
+  type: batch
+  broker: {url: "nats://nats:4222"}
+  nodes:
+  - {name: a, kind: producer, component: {builtin: videoflow.producers.basic.IntProducer}}
+  - {name: b, kind: producer, component: {builtin: videoflow.producers.basic.IntProducer}}
+  - name: scaled
+    kind: processor
+    parents: [a]
+    autoscaling: {enabled: true, maxReplicas: 4}
+    component: {builtin: videoflow.processors.basic.IdentityProcessor}
+  - name: join
+    kind: processor
+    parents: [scaled, b]
+    replicas: 2
+    component: {builtin: videoflow.processors.basic.JoinerProcessor}
+  - {name: sink, kind: consumer, parents: [join], component: {builtin: videoflow.consumers.basic.VoidConsumer}}
+"#;
+
+fn config() -> RenderConfig {
+    RenderConfig {
+        worker_image: "videoflow-worker:test".into(),
+        image_pull_policy: "IfNotPresent".into(),
+        namespace: NS.into(),
+        nats_url: None,
+    }
+}
+
+fn ts(s: &str) -> Timestamp {
+    s.parse().expect("timestamp")
+}
+
+/// A Flow as the API server returns it: namespace, uid, generation, and our finalizer.
+fn flow(text: &str) -> Flow {
+    let mut f = render::load::flow_from_text(text).expect("flow parses");
+    f.metadata.namespace = Some(NS.into());
+    f.metadata.uid = Some(UID.into());
+    f.metadata.generation = Some(1);
+    f.metadata.resource_version = Some("1".into());
+    f.metadata.finalizers = Some(vec!["videoflow.io/teardown".into()]);
+    f
+}
+
+fn rendered(f: &Flow) -> render::Rendered {
+    render::render(f, &config()).expect("renders")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The mock API server.
+
+/// One request the reconciler made.
+#[derive(Debug, Clone)]
+struct Call {
+    method: String,
+    uri: String,
+    body: Option<Value>,
+}
+
+impl Call {
+    /// `METHOD /path` without the query.
+    fn line(&self) -> String {
+        let path = self.uri.split('?').next().unwrap_or_default();
+        format!("{} {path}", self.method)
+    }
+
+    fn is_write(&self) -> bool {
+        self.method != "GET"
+    }
+}
+
+/// What the API server holds: objects by resource plural.
+#[derive(Default, Clone)]
+struct Cluster {
+    objects: BTreeMap<&'static str, Vec<Value>>,
+}
+
+impl Cluster {
+    fn with(mut self, plural: &'static str, object: Value) -> Self {
+        self.objects.entry(plural).or_default().push(object);
+        self
+    }
+
+    /// Every rendered object of `f`'s run, as applied (fingerprint annotation included), so
+    /// the plan finds nothing to do.
+    fn applied(mut self, f: &Flow, workers: bool) -> Self {
+        let r = rendered(f);
+        let desired = videoflow_operator::controller::apply::desired_objects(&r).expect("desired");
+        for d in desired {
+            if !workers && d.stage == videoflow_operator::controller::apply::Stage::Workers {
+                continue;
+            }
+            self = self.with(plural(d.kind), d.body.clone());
+        }
+        self
+    }
+
+    /// Sets `status` on the object of that kind and name.
+    fn status(mut self, plural: &'static str, name: &str, status: Value) -> Self {
+        for o in self.objects.entry(plural).or_default() {
+            if o["metadata"]["name"] == name {
+                o["status"] = status.clone();
+            }
+        }
+        self
+    }
+}
+
+fn plural(kind: &str) -> &'static str {
+    match kind {
+        "ConfigMap" => "configmaps",
+        "Job" => "jobs",
+        "Deployment" => "deployments",
+        "StatefulSet" => "statefulsets",
+        "Service" => "services",
+        "PodDisruptionBudget" => "poddisruptionbudgets",
+        "Pod" => "pods",
+        other => panic!("unknown kind {other}"),
+    }
+}
+
+async fn respond(req: Request<Body>, flow: &Value, cluster: &Cluster) -> (Call, Response<Body>) {
+    let method = req.method().to_string();
+    let uri = req.uri().to_string();
+    let bytes = req.into_body().collect_bytes().await.expect("body");
+    let body: Option<Value> = if bytes.is_empty() {
+        None
+    } else {
+        Some(serde_json::from_slice(&bytes).expect("JSON body"))
+    };
+    let path = uri.split('?').next().unwrap_or_default().to_owned();
+    let answer = match method.as_str() {
+        "GET" => {
+            let resource = path.rsplit('/').next().unwrap_or_default();
+            let items = cluster
+                .objects
+                .iter()
+                .find(|(p, _)| **p == resource)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "9"}, "items": items})
+        }
+        "PATCH" if path.contains("/flows/") => {
+            let mut f = flow.clone();
+            if let Some(status) = body.as_ref().and_then(|b| b.get("status")) {
+                f["status"] = status.clone();
+            }
+            f
+        }
+        "DELETE" => {
+            json!({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Success"})
+        }
+        _ => body.clone().unwrap_or_else(|| json!({})),
+    };
+    let response = Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .body(Body::from(serde_json::to_vec(&answer).expect("serialize")))
+        .expect("response");
+    (Call { method, uri, body }, response)
+}
+
+/// Runs one reconcile of `flow` against `cluster` at `now`; returns its result and every
+/// request made, in order.
+async fn scenario(f: Flow, cluster: Cluster, now: &str) -> (Result<Action, String>, Vec<Call>) {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let flow_json = serde_json::to_value(&f).expect("flow json");
+    let server = tokio::spawn(async move {
+        let mut calls = Vec::new();
+        while let Some((req, send)) = handle.next_request().await {
+            let (call, response) = respond(req, &flow_json, &cluster).await;
+            calls.push(call);
+            send.send_response(response);
+        }
+        calls
+    });
+    let client = kube::Client::new(service, NS);
+    let instant = ts(now);
+    let ctx = Arc::new(Context::new(
+        client,
+        config(),
+        StatusConfig::default(),
+        Arc::new(Metrics::new()),
+        Arc::new(move || instant),
+        None,
+    ));
+    let result = tokio::time::timeout(Duration::from_secs(10), reconcile(Arc::new(f), ctx))
+        .await
+        .expect("the reconcile finishes")
+        .map_err(|e| e.to_string());
+    let calls = tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("no request after the reconcile returned: the client was dropped")
+        .expect("server task");
+    (result, calls)
+}
+
+const LISTS: [&str; 7] = [
+    "configmaps",
+    "jobs",
+    "deployments",
+    "statefulsets",
+    "services",
+    "poddisruptionbudgets",
+    "pods",
+];
+
+/// The seven label-selected reads every admitted reconcile starts with.
+fn assert_reads(calls: &[Call], flow: &str) {
+    assert!(calls.len() >= 7, "expected the seven reads, got {calls:#?}");
+    for (call, resource) in calls.iter().zip(LISTS) {
+        let group = match resource {
+            "jobs" => "/apis/batch/v1",
+            "deployments" | "statefulsets" => "/apis/apps/v1",
+            "poddisruptionbudgets" => "/apis/policy/v1",
+            _ => "/api/v1",
+        };
+        assert_eq!(call.method, "GET");
+        assert_eq!(
+            call.uri,
+            format!(
+                "{group}/namespaces/{NS}/{resource}?&labelSelector=app.kubernetes.io%2Fmanaged-by%3Dvideoflow-operator%2Cvideoflow.io%2Fflow%3D{flow}"
+            )
+        );
+    }
+}
+
+fn writes(calls: &[Call]) -> Vec<String> {
+    calls
+        .iter()
+        .filter(|c| c.is_write())
+        .map(Call::line)
+        .collect()
+}
+
+fn status_patch(calls: &[Call]) -> Value {
+    let call = calls
+        .iter()
+        .find(|c| c.method == "PATCH" && c.uri.contains("/status?"))
+        .unwrap_or_else(|| panic!("no status patch in {calls:#?}"));
+    assert_eq!(
+        call.uri,
+        format!(
+            "/apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/{}/status?&force=true&fieldManager=videoflow-operator",
+            call.uri
+                .split("/flows/")
+                .nth(1)
+                .and_then(|s| s.split('/').next())
+                .unwrap_or_default()
+        )
+    );
+    let body = call.body.clone().expect("status body");
+    assert_eq!(body["apiVersion"], "videoflow.io/v1alpha1");
+    assert_eq!(body["kind"], "Flow");
+    body["status"].clone()
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
+    status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+        .unwrap_or_else(|| panic!("no {type_} condition in {status:#}"))
+}
+
+fn events(calls: &[Call]) -> Vec<(String, String)> {
+    calls
+        .iter()
+        .filter(|c| c.method == "POST" && c.uri.contains("/events"))
+        .map(|c| {
+            let b = c.body.as_ref().expect("event body");
+            (
+                b["type"].as_str().unwrap_or_default().to_owned(),
+                b["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// A Flow whose stored status is what the reconciler wrote last time.
+fn with_status(mut f: Flow, status: &Value) -> Flow {
+    f.status = Some(serde_json::from_value(status.clone()).expect("status"));
+    f
+}
+
+fn complete_job(at: &str) -> Value {
+    json!({"conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": at}], "completionTime": at, "succeeded": 1})
+}
+
+fn worker_pod(f: &Flow, node: &str, name: &str, container_status: Value) -> Value {
+    let r = rendered(f);
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "labels": {
+                "app.kubernetes.io/managed-by": "videoflow-operator",
+                "app.kubernetes.io/component": "worker",
+                "videoflow.io/flow": r.flow_id,
+                "videoflow.io/run": r.run_id,
+                "videoflow.io/node": node,
+            }
+        },
+        "spec": {"containers": [{"name": "worker", "image": "videoflow-worker:test"}]},
+        "status": {"containerStatuses": [container_status]}
+    })
+}
+
+/// A REALTIME cluster where everything is applied, provisioned and ready.
+fn running_realtime(f: &Flow) -> Cluster {
+    let r = rendered(f);
+    let mut c = Cluster::default().applied(f, true).status(
+        "jobs",
+        r.provision.metadata.name.as_deref().unwrap_or_default(),
+        complete_job(EARLIER),
+    );
+    for n in &r.nodes {
+        c = c.status(
+            "deployments",
+            n.workload.name(),
+            json!({"replicas": 1, "readyReplicas": 1}),
+        );
+    }
+    c
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios.
+
+/// Done-when: the invalid Flow gets Admitted=False naming both problems, and nothing is
+/// created — the only writes are the status patch and its Warning event.
+#[tokio::test]
+async fn invalid_flow_is_refused_with_every_problem_and_nothing_is_created() {
+    let mut f = flow(INVALID);
+    f.metadata.finalizers = None;
+    let (result, calls) = scenario(f, Cluster::default(), NOW).await;
+    assert!(matches!(result, Ok(ref a) if *a == Action::await_change()));
+    assert_eq!(
+        calls.iter().map(Call::line).collect::<Vec<_>>(),
+        vec![
+            format!("PATCH /apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/bad/status"),
+            format!("POST /apis/events.k8s.io/v1/namespaces/{NS}/events"),
+        ],
+        "no reads, no creates, no finalizer"
+    );
+    let status = status_patch(&calls);
+    let admitted = condition(&status, "Admitted");
+    assert_eq!(admitted["status"], "False");
+    assert_eq!(admitted["reason"], "Invalid");
+    assert_eq!(admitted["observedGeneration"], 1);
+    assert_eq!(admitted["lastTransitionTime"], NOW);
+    let message = admitted["message"].as_str().expect("message");
+    assert!(
+        message.starts_with("2 problem(s), nothing was created"),
+        "{message}"
+    );
+    assert!(
+        message.contains("[VF_GRAPH_UNPARTITIONED_JOIN] spec.nodes[3].partitionBy:"),
+        "{message}"
+    );
+    assert!(
+        message.contains(
+            "[VF_CAPABILITY] spec.nodes[2].autoscaling.enabled: Node 'scaled' cannot be autoscaled"
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains("Remedy: Set partitionBy: trace_id"),
+        "{message}"
+    );
+    assert_eq!(condition(&status, "Ready")["status"], "False");
+    assert_eq!(status["phase"], "Failed");
+    assert_eq!(
+        events(&calls),
+        vec![("Warning".into(), "AdmissionFailed".into())]
+    );
+}
+
+/// Reconciling the same invalid Flow again writes nothing.
+#[tokio::test]
+async fn invalid_flow_reconciled_again_writes_nothing() {
+    let mut f = flow(INVALID);
+    f.metadata.finalizers = None;
+    let (_, calls) = scenario(f.clone(), Cluster::default(), NOW).await;
+    let f = with_status(f, &status_patch(&calls));
+    let (result, calls) = scenario(f, Cluster::default(), "2030-01-01T13:00:00Z").await;
+    assert!(result.is_ok());
+    assert!(calls.is_empty(), "{calls:#?}");
+}
+
+/// A new Flow: finalizer, specs ConfigMap and provisioning Job — but no workers before
+/// provisioning completed; Admitted=True, Provisioned=False, events Admitted and RunStarted.
+#[tokio::test]
+async fn new_flow_gets_the_finalizer_specs_and_provisioning_job_only() {
+    let mut f = flow(REALTIME);
+    f.metadata.finalizers = None;
+    let r = rendered(&f);
+    let (result, calls) = scenario(f, Cluster::default(), NOW).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_reads(&calls, "cams");
+    let specs = r.specs.metadata.name.clone().expect("name");
+    let provision = r.provision.metadata.name.clone().expect("name");
+    assert_eq!(
+        writes(&calls),
+        vec![
+            format!("PATCH /apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/cams"),
+            format!("PATCH /api/v1/namespaces/{NS}/configmaps/{specs}"),
+            format!("PATCH /apis/batch/v1/namespaces/{NS}/jobs/{provision}"),
+            format!("PATCH /apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/cams/status"),
+            format!("POST /apis/events.k8s.io/v1/namespaces/{NS}/events"),
+            format!("POST /apis/events.k8s.io/v1/namespaces/{NS}/events"),
+        ]
+    );
+    let finalizer = &calls[7];
+    assert_eq!(
+        finalizer.uri,
+        format!("/apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/cams?")
+    );
+    assert_eq!(
+        finalizer.body,
+        Some(json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["videoflow.io/teardown"]},
+        ]))
+    );
+    let cm = &calls[8];
+    assert_eq!(
+        cm.uri,
+        format!(
+            "/api/v1/namespaces/{NS}/configmaps/{specs}?&force=true&fieldManager=videoflow-operator"
+        )
+    );
+    let body = cm.body.as_ref().expect("apply body");
+    assert_eq!(body["kind"], "ConfigMap");
+    assert!(body["metadata"]["annotations"]["videoflow.io/applied-hash"].is_string());
+    assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], UID);
+    let job = calls[9].body.as_ref().expect("job body");
+    assert_eq!(
+        job["spec"]["template"]["spec"]["containers"][0]["command"][1],
+        "provision"
+    );
+
+    let status = status_patch(&calls);
+    assert_eq!(status["phase"], "Provisioning");
+    assert_eq!(status["runId"], r.run_id);
+    assert_eq!(condition(&status, "Admitted")["status"], "True");
+    let provisioned = condition(&status, "Provisioned");
+    assert_eq!(provisioned["status"], "False");
+    assert_eq!(provisioned["reason"], "Provisioning");
+    assert_eq!(condition(&status, "Progressing")["status"], "True");
+    assert_eq!(condition(&status, "Ready")["reason"], "Provisioning");
+    assert_eq!(
+        events(&calls),
+        vec![
+            ("Normal".into(), "Admitted".into()),
+            ("Normal".into(), "RunStarted".into())
+        ]
+    );
+}
+
+/// Provisioning completed: the workers are applied, Provisioned=True with an event.
+#[tokio::test]
+async fn completed_provisioning_applies_the_workers() {
+    let f = flow(REALTIME);
+    let r = rendered(&f);
+    let provision = r.provision.metadata.name.clone().expect("name");
+    let cluster =
+        Cluster::default()
+            .applied(&f, false)
+            .status("jobs", &provision, complete_job(EARLIER));
+    // The previous status: what the first reconcile wrote.
+    let (_, first) = scenario(f.clone(), Cluster::default().applied(&f, false), EARLIER).await;
+    let f = with_status(f, &status_patch(&first));
+    let (result, calls) = scenario(f, cluster, NOW).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_reads(&calls, "cams");
+    let deployments: Vec<String> = r
+        .nodes
+        .iter()
+        .map(|n| {
+            format!(
+                "PATCH /apis/apps/v1/namespaces/{NS}/deployments/{}",
+                n.workload.name()
+            )
+        })
+        .collect();
+    let mut expected = deployments;
+    expected.push(format!(
+        "PATCH /apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/cams/status"
+    ));
+    expected.push(format!(
+        "POST /apis/events.k8s.io/v1/namespaces/{NS}/events"
+    ));
+    assert_eq!(writes(&calls), expected);
+    let status = status_patch(&calls);
+    let provisioned = condition(&status, "Provisioned");
+    assert_eq!(provisioned["status"], "True");
+    assert_eq!(provisioned["lastTransitionTime"], NOW);
+    // Admitted did not flip: its transition time is the first reconcile's.
+    assert_eq!(
+        condition(&status, "Admitted")["lastTransitionTime"],
+        EARLIER
+    );
+    assert_eq!(condition(&status, "Progressing")["reason"], "RollingOut");
+    assert_eq!(
+        events(&calls),
+        vec![("Normal".into(), "Provisioned".into())]
+    );
+}
+
+/// Done-when: an unchanged Flow reconciled again issues zero write requests.
+#[tokio::test]
+async fn unchanged_flow_reconciled_again_issues_zero_writes() {
+    let f = flow(REALTIME);
+    let cluster = running_realtime(&f);
+    let (_, first) = scenario(f.clone(), cluster.clone(), EARLIER).await;
+    let status = status_patch(&first);
+    assert_eq!(status["phase"], "Running");
+    assert_eq!(condition(&status, "Ready")["status"], "True");
+    let f = with_status(f, &status);
+    let (result, calls) = scenario(f, cluster, NOW).await;
+    assert!(matches!(result, Ok(ref a) if *a == Action::requeue(Duration::from_secs(300))));
+    assert_reads(&calls, "cams");
+    assert_eq!(
+        calls.len(),
+        7,
+        "reads only: {:#?}",
+        calls.iter().map(Call::line).collect::<Vec<_>>()
+    );
+    assert!(writes(&calls).is_empty());
+}
+
+/// Done-when: a worker that died with exit 3 and a JSON reason shows up in status with its
+/// code, message and remedy, and Degraded=True with that reason.
+#[tokio::test]
+async fn worker_exit_3_with_a_json_reason_degrades_the_flow() {
+    let f = flow(REALTIME);
+    let cluster = running_realtime(&f);
+    let (_, first) = scenario(f.clone(), cluster.clone(), EARLIER).await;
+    let f = with_status(f, &status_patch(&first));
+    let record = r#"{"code": "VF_RESOURCE_UNAVAILABLE", "disposition": "worker_fatal", "message": "no GPU on host h", "remedy": "Schedule it on a GPU node."}"#;
+    let r = rendered(&f);
+    let detect = r.node("detect").expect("node").workload.name().to_owned();
+    let cluster = cluster
+        .status("deployments", &detect, json!({"replicas": 1, "readyReplicas": 0}))
+        .with(
+            "pods",
+            worker_pod(&f, "detect", "detect-0", json!({
+                "name": "worker", "image": "x", "imageID": "", "ready": false, "restartCount": 4,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+                "lastState": {"terminated": {"exitCode": 3, "reason": "Error", "message": record,
+                    "finishedAt": "2030-01-01T11:59:00Z"}}
+            })),
+        );
+    let (result, calls) = scenario(f, cluster, NOW).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        writes(&calls),
+        vec![
+            format!("PATCH /apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/cams/status"),
+            format!("POST /apis/events.k8s.io/v1/namespaces/{NS}/events"),
+        ]
+    );
+    let status = status_patch(&calls);
+    let node = status["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["name"] == "detect"))
+        .expect("node status");
+    assert_eq!(node["restarts"], 4);
+    assert_eq!(
+        node["lastTermination"],
+        json!({
+            "pod": "detect-0", "exitCode": 3, "reason": "Error",
+            "code": "VF_RESOURCE_UNAVAILABLE", "message": "no GPU on host h",
+            "remedy": "Schedule it on a GPU node.", "disposition": "worker_fatal"
+        })
+    );
+    let degraded = condition(&status, "Degraded");
+    assert_eq!(degraded["status"], "True");
+    assert_eq!(degraded["reason"], "ResourceUnavailable");
+    let message = degraded["message"].as_str().expect("message");
+    assert!(
+        message.contains("VF_RESOURCE_UNAVAILABLE: no GPU on host h"),
+        "{message}"
+    );
+    assert!(
+        message.contains("Remedy: Schedule it on a GPU node."),
+        "{message}"
+    );
+    assert_eq!(condition(&status, "Ready")["reason"], "ResourceUnavailable");
+    assert_eq!(status["phase"], "Degraded");
+    assert_eq!(events(&calls), vec![("Warning".into(), "Degraded".into())]);
+
+    // Recovery: the container runs and is ready again; Degraded flips back with an event,
+    // and the last termination stays on record.
+    let f2 = with_status(flow(REALTIME), &status);
+    let cluster = running_realtime(&f2).with(
+        "pods",
+        worker_pod(
+            &f2,
+            "detect",
+            "detect-0",
+            json!({
+                "name": "worker", "image": "x", "imageID": "", "ready": true, "restartCount": 4,
+                "state": {"running": {"startedAt": NOW}},
+                "lastState": {"terminated": {"exitCode": 3, "reason": "Error", "message": record,
+                    "finishedAt": "2030-01-01T11:59:00Z"}}
+            }),
+        ),
+    );
+    let (_, calls) = scenario(f2, cluster, "2030-01-01T12:05:00Z").await;
+    let status = status_patch(&calls);
+    assert_eq!(condition(&status, "Degraded")["status"], "False");
+    assert_eq!(condition(&status, "Ready")["status"], "True");
+    assert_eq!(events(&calls), vec![("Normal".into(), "Recovered".into())]);
+}
+
+/// A pod unschedulable past the grace period stalls the Flow; within it, a recheck is
+/// scheduled for when the grace runs out.
+#[tokio::test]
+async fn unschedulable_pod_past_the_grace_period_stalls_the_flow() {
+    let f = flow(REALTIME);
+    let (_, first) = scenario(f.clone(), running_realtime(&f), EARLIER).await;
+    let f = with_status(f, &status_patch(&first));
+    let mut pod = worker_pod(
+        &f,
+        "sink",
+        "sink-0",
+        json!({"name": "worker", "image": "x", "imageID": "", "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ContainerCreating"}}}),
+    );
+    pod["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.", "lastTransitionTime": "2030-01-01T11:58:00Z"}]);
+    let cluster = running_realtime(&f).with("pods", pod);
+    // Two minutes in: not stalled yet, look again in three.
+    let (result, calls) = scenario(f.clone(), cluster.clone(), NOW).await;
+    assert!(
+        matches!(result, Ok(ref a) if *a == Action::requeue(Duration::from_secs(180))),
+        "{result:?}"
+    );
+    assert!(writes(&calls).is_empty(), "{:#?}", writes(&calls));
+    // Ten minutes in: stalled.
+    let (_, calls) = scenario(f, cluster, "2030-01-01T12:08:00Z").await;
+    let status = status_patch(&calls);
+    let stalled = condition(&status, "Stalled");
+    assert_eq!(stalled["status"], "True");
+    assert_eq!(stalled["reason"], "Unschedulable");
+    assert!(
+        stalled["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Insufficient nvidia.com/gpu"))
+    );
+    assert_eq!(condition(&status, "Progressing")["status"], "False");
+    assert_eq!(status["phase"], "Degraded");
+    assert_eq!(events(&calls), vec![("Warning".into(), "Stalled".into())]);
+}
+
+/// Provisioning failed: Provisioned=False with the termination record's class, Failed=True.
+#[tokio::test]
+async fn failed_provisioning_fails_the_flow_with_its_reason() {
+    let f = flow(REALTIME);
+    let r = rendered(&f);
+    let provision = r.provision.metadata.name.clone().expect("name");
+    let (_, first) = scenario(f.clone(), Cluster::default().applied(&f, false), EARLIER).await;
+    let f = with_status(f, &status_patch(&first));
+    let record = r#"{"code": "VF_BROKER_UNAVAILABLE", "message": "nats://nats:4222 unreachable within 30s", "remedy": "Start the broker or fix spec.broker.url."}"#;
+    let cluster = Cluster::default()
+        .applied(&f, false)
+        .status("jobs", &provision, json!({"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "lastTransitionTime": "2030-01-01T11:30:00Z"}]}))
+        .with("pods", json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "prov-1", "namespace": NS, "labels": {
+                "app.kubernetes.io/component": "provision", "videoflow.io/run": r.run_id, "videoflow.io/flow": "cams"}},
+            "status": {"containerStatuses": [{"name": "provision", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": 3, "reason": "Error", "message": record, "finishedAt": "2030-01-01T11:29:00Z"}}}]}
+        }));
+    let (_, calls) = scenario(f, cluster, NOW).await;
+    assert_eq!(
+        writes(&calls),
+        vec![
+            format!("PATCH /apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/cams/status"),
+            format!("POST /apis/events.k8s.io/v1/namespaces/{NS}/events"),
+        ],
+        "no workers after a failed provisioning"
+    );
+    let status = status_patch(&calls);
+    let provisioned = condition(&status, "Provisioned");
+    assert_eq!(provisioned["status"], "False");
+    assert_eq!(provisioned["reason"], "BrokerUnavailable");
+    assert!(
+        provisioned["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Start the broker"))
+    );
+    let failed = condition(&status, "Failed");
+    assert_eq!(failed["status"], "True");
+    assert_eq!(failed["reason"], "ProvisioningFailed");
+    assert_eq!(status["phase"], "Failed");
+    assert_eq!(status["completionTime"], "2030-01-01T11:30:00Z");
+    assert_eq!(
+        events(&calls),
+        vec![("Warning".into(), "ProvisioningFailed".into())]
+    );
+}
+
+/// BATCH: every node Job complete → Complete=True, Succeeded, completionTime from the Jobs;
+/// a node Job failed → Failed=True (Job conditions, never counters).
+#[tokio::test]
+async fn batch_completion_and_failure_come_from_job_conditions() {
+    let f = flow(BATCH);
+    let r = rendered(&f);
+    let provision = r.provision.metadata.name.clone().expect("name");
+    let base =
+        Cluster::default()
+            .applied(&f, true)
+            .status("jobs", &provision, complete_job(EARLIER));
+    let (_, first) = scenario(f.clone(), base.clone(), EARLIER).await;
+    let first_status = status_patch(&first);
+    assert_eq!(first_status["phase"], "Running");
+    assert_eq!(condition(&first_status, "Complete")["reason"], "Running");
+    let f = with_status(f, &first_status);
+
+    let mut done = base.clone();
+    for n in &r.nodes {
+        done = done.status(
+            "jobs",
+            n.workload.name(),
+            complete_job("2030-01-01T11:50:00Z"),
+        );
+    }
+    let (_, calls) = scenario(f.clone(), done, NOW).await;
+    let status = status_patch(&calls);
+    assert_eq!(condition(&status, "Complete")["status"], "True");
+    assert_eq!(condition(&status, "Ready")["reason"], "Succeeded");
+    assert_eq!(condition(&status, "Progressing")["status"], "False");
+    assert_eq!(status["phase"], "Succeeded");
+    assert_eq!(status["completionTime"], "2030-01-01T11:50:00Z");
+    assert_eq!(events(&calls), vec![("Normal".into(), "Completed".into())]);
+
+    // A counter that says "failed: 2" means nothing while the Job has not given up.
+    let double = r.node("double").expect("node").workload.name().to_owned();
+    let retrying = base
+        .clone()
+        .status("jobs", &double, json!({"failed": 2, "active": 1}));
+    let (_, calls) = scenario(f.clone(), retrying, NOW).await;
+    assert!(writes(&calls).is_empty(), "{:#?}", writes(&calls));
+
+    let failed = base.status("jobs", &double, json!({"failed": 4, "conditions": [
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit", "lastTransitionTime": "2030-01-01T11:55:00Z"}]}));
+    let (_, calls) = scenario(f, failed, NOW).await;
+    let status = status_patch(&calls);
+    let cond = condition(&status, "Failed");
+    assert_eq!(cond["status"], "True");
+    assert_eq!(cond["reason"], "NodeFailed");
+    assert!(
+        cond["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("node 'double'") && m.contains("BackoffLimitExceeded"))
+    );
+    assert_eq!(status["phase"], "Failed");
+    assert_eq!(
+        events(&calls),
+        vec![("Warning".into(), "NodeFailed".into())]
+    );
+}
+
+/// A topology change starts a new run: the new run's specs and provisioning Job are applied
+/// and every object of the old run is pruned (retired).
+#[tokio::test]
+async fn topology_change_starts_a_new_run_and_retires_the_old_one() {
+    let old = flow(REALTIME);
+    let old_r = rendered(&old);
+    let cluster = running_realtime(&old);
+    let (_, first) = scenario(old.clone(), cluster.clone(), EARLIER).await;
+    let changed = REALTIME.replace(
+        "  - {name: sink, kind: consumer, parents: [detect]",
+        "  - {name: sink, kind: consumer, parents: [camera]",
+    );
+    let mut new = with_status(flow(&changed), &status_patch(&first));
+    new.metadata.generation = Some(2);
+    let new_r = rendered(&new);
+    assert_ne!(old_r.run_id, new_r.run_id, "the topology hash changed");
+    let (result, calls) = scenario(new, cluster, NOW).await;
+    assert!(result.is_ok(), "{result:?}");
+    let name = |o: Option<&String>| o.cloned().unwrap_or_default();
+    let mut expected = vec![
+        format!(
+            "PATCH /api/v1/namespaces/{NS}/configmaps/{}",
+            name(new_r.specs.metadata.name.as_ref())
+        ),
+        format!(
+            "PATCH /apis/batch/v1/namespaces/{NS}/jobs/{}",
+            name(new_r.provision.metadata.name.as_ref())
+        ),
+        format!(
+            "DELETE /api/v1/namespaces/{NS}/configmaps/{}",
+            name(old_r.specs.metadata.name.as_ref())
+        ),
+        format!(
+            "DELETE /apis/batch/v1/namespaces/{NS}/jobs/{}",
+            name(old_r.provision.metadata.name.as_ref())
+        ),
+    ];
+    for n in &old_r.nodes {
+        expected.push(format!(
+            "DELETE /apis/apps/v1/namespaces/{NS}/deployments/{}",
+            n.workload.name()
+        ));
+    }
+    expected.push(format!(
+        "PATCH /apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/cams/status"
+    ));
+    expected.push(format!(
+        "POST /apis/events.k8s.io/v1/namespaces/{NS}/events"
+    ));
+    assert_eq!(writes(&calls), expected);
+    let delete = calls
+        .iter()
+        .find(|c| c.method == "DELETE")
+        .expect("a delete");
+    assert_eq!(
+        delete.body,
+        Some(json!({"propagationPolicy": "Background"}))
+    );
+    let status = status_patch(&calls);
+    assert_eq!(status["runId"], new_r.run_id);
+    assert_eq!(condition(&status, "Provisioned")["status"], "False");
+    assert_eq!(condition(&status, "Admitted")["observedGeneration"], 2);
+    assert_eq!(events(&calls), vec![("Normal".into(), "RunStarted".into())]);
+}
+
+/// An image change keeps the run and rolls the Deployments in place (one apply each).
+#[tokio::test]
+async fn image_change_rolls_in_place() {
+    let f = flow(REALTIME);
+    let cluster = running_realtime(&f);
+    let (_, first) = scenario(f.clone(), cluster.clone(), EARLIER).await;
+    let text = REALTIME.replace(
+        "  type: realtime\n",
+        "  type: realtime\n  image: {worker: \"videoflow-worker:v2\"}\n",
+    );
+    let mut changed = with_status(flow(&text), &status_patch(&first));
+    changed.metadata.generation = Some(2);
+    let r = rendered(&changed);
+    let (_, calls) = scenario(changed, cluster, NOW).await;
+    let mut expected = Vec::new();
+    for n in &r.nodes {
+        expected.push(format!(
+            "PATCH /apis/apps/v1/namespaces/{NS}/deployments/{}",
+            n.workload.name()
+        ));
+    }
+    expected.push(format!(
+        "PATCH /apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/cams/status"
+    ));
+    assert_eq!(
+        writes(&calls),
+        expected,
+        "no prune, no new Jobs: the Jobs are create-once"
+    );
+    let body = calls
+        .iter()
+        .find(|c| c.uri.contains("/deployments/"))
+        .and_then(|c| c.body.clone())
+        .expect("body");
+    assert_eq!(
+        body["spec"]["template"]["spec"]["containers"][0]["image"],
+        "videoflow-worker:v2"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deletion.
+
+fn deleting(f: Flow, since: &str) -> Flow {
+    let mut f = f;
+    f.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ts(
+        since,
+    )));
+    f
+}
+
+/// Delete: the run's workers are stopped, then the teardown Job runs.
+#[tokio::test]
+async fn deletion_stops_the_run_and_starts_the_teardown_job() {
+    let f = flow(REALTIME);
+    let r = rendered(&f);
+    let cluster = running_realtime(&f);
+    let (result, calls) = scenario(deleting(f, NOW), cluster, NOW).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_reads(&calls, "cams");
+    let mut expected = vec![format!(
+        "DELETE /apis/batch/v1/namespaces/{NS}/jobs/{}",
+        r.provision.metadata.name.clone().unwrap_or_default()
+    )];
+    for n in &r.nodes {
+        expected.push(format!(
+            "DELETE /apis/apps/v1/namespaces/{NS}/deployments/{}",
+            n.workload.name()
+        ));
+    }
+    let teardown = format!("vf-cams-{}-teardown", r.run_id);
+    expected.push(format!(
+        "PATCH /apis/batch/v1/namespaces/{NS}/jobs/{teardown}"
+    ));
+    assert_eq!(writes(&calls), expected);
+    let job = calls
+        .last()
+        .and_then(|c| c.body.clone())
+        .expect("teardown body");
+    let container = &job["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["command"],
+        json!(["/usr/local/bin/videoflow-worker", "teardown"])
+    );
+    assert!(container["env"].as_array().is_some_and(|e| {
+        e.iter()
+            .any(|v| v["name"] == "VF_RUN_ID" && v["value"] == r.run_id)
+    }));
+    assert_eq!(
+        job["metadata"]["labels"]["app.kubernetes.io/component"],
+        "teardown"
+    );
+}
+
+/// The teardown completed: the finalizer is removed with a guarded JSON patch.
+#[tokio::test]
+async fn completed_teardown_releases_the_flow() {
+    let f = flow(REALTIME);
+    let r = rendered(&f);
+    let teardown = videoflow_operator::controller::teardown::teardown_job(&r);
+    let name = teardown.metadata.name.clone().expect("name");
+    let cluster = Cluster::default()
+        .applied(&f, false)
+        .with("jobs", serde_json::to_value(&teardown).expect("json"))
+        .status("jobs", &name, complete_job(NOW));
+    let (result, calls) = scenario(deleting(f, EARLIER), cluster, NOW).await;
+    assert!(
+        matches!(result, Ok(ref a) if *a == Action::await_change()),
+        "{result:?}"
+    );
+    assert_eq!(
+        writes(&calls),
+        vec![
+            format!(
+                "DELETE /apis/batch/v1/namespaces/{NS}/jobs/{}",
+                r.provision.metadata.name.clone().unwrap_or_default()
+            ),
+            format!("POST /apis/events.k8s.io/v1/namespaces/{NS}/events"),
+            format!("PATCH /apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/cams"),
+        ]
+    );
+    assert_eq!(events(&calls), vec![("Normal".into(), "TornDown".into())]);
+    assert_eq!(
+        calls.last().and_then(|c| c.body.clone()),
+        Some(json!([
+            {"op": "test", "path": "/metadata/finalizers/0", "value": "videoflow.io/teardown"},
+            {"op": "remove", "path": "/metadata/finalizers/0"},
+        ]))
+    );
+}
+
+/// Never forever: a failed teardown releases the Flow with a Warning naming what may remain;
+/// so does a teardown still running after the maximum wait.
+#[tokio::test]
+async fn failed_or_overdue_teardown_still_releases_the_flow() {
+    let f = flow(REALTIME);
+    let r = rendered(&f);
+    let teardown = videoflow_operator::controller::teardown::teardown_job(&r);
+    let name = teardown.metadata.name.clone().expect("name");
+    let failed = Cluster::default()
+        .with("jobs", serde_json::to_value(&teardown).expect("json"))
+        .status("jobs", &name, json!({"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}));
+    let (_, calls) = scenario(deleting(f.clone(), EARLIER), failed, NOW).await;
+    assert_eq!(
+        events(&calls),
+        vec![("Warning".into(), "TeardownFailed".into())]
+    );
+    assert!(
+        writes(&calls)
+            .last()
+            .is_some_and(|w| w.ends_with("/flows/cams"))
+    );
+
+    let running = Cluster::default().with("jobs", serde_json::to_value(&teardown).expect("json"));
+    let (result, calls) = scenario(
+        deleting(f.clone(), "2030-01-01T11:59:00Z"),
+        running.clone(),
+        NOW,
+    )
+    .await;
+    assert!(
+        matches!(result, Ok(ref a) if *a == Action::requeue(Duration::from_secs(60))),
+        "{result:?}"
+    );
+    assert!(writes(&calls).is_empty());
+    let (_, calls) = scenario(deleting(f, EARLIER), running, NOW).await;
+    assert_eq!(
+        events(&calls),
+        vec![("Warning".into(), "TeardownTimedOut".into())]
+    );
+    assert!(
+        writes(&calls)
+            .last()
+            .is_some_and(|w| w.ends_with("/flows/cams"))
+    );
+}
+
+/// A Flow that was never admitted has no finalizer: deleting it needs nothing.
+#[tokio::test]
+async fn deleting_a_flow_without_the_finalizer_does_nothing() {
+    let mut f = flow(INVALID);
+    f.metadata.finalizers = None;
+    let (result, calls) = scenario(deleting(f, NOW), Cluster::default(), NOW).await;
+    assert!(result.is_ok());
+    assert!(calls.is_empty(), "{calls:#?}");
+}
