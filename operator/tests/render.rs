@@ -995,9 +995,11 @@ fn render_command_prints_yaml_offline() {
         String::from_utf8_lossy(&ok.stderr)
     );
     let yaml = String::from_utf8_lossy(&ok.stdout);
+    // 8 documents: toy-calculator's 6 nodes (one Job each), the provisioning Job and the
+    // specs ConfigMap.
     assert_eq!(
         yaml.matches("\n---\n").count() + usize::from(yaml.starts_with("---")),
-        7
+        8
     );
     assert!(yaml.contains("image: w:1"));
     let refused = std::process::Command::new(bin)

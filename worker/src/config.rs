@@ -54,6 +54,8 @@ pub enum ReplicaSource {
     Hostname,
     /// Neither step gave an id: step 3 (ledger slot claim) may apply, else step 4 (0).
     NotDeclared,
+    /// Step 3: a slot claimed through the run ledger under a partition lease.
+    LedgerSlot,
 }
 
 /// The replica id the environment declares (ENV-5 steps 1 and 2).
@@ -902,6 +904,23 @@ fn parse_join_policy(
         .with_context("field", p.field));
     }
     Ok((policy, true))
+}
+
+/// `VF_PROFILE_REQUESTS_JSON` parsed on its own (the provision job reads it without the rest
+/// of a worker's environment).
+///
+/// # Errors
+/// `VF_CONFIG` as for a worker.
+pub fn profile_requests_from(raw: Option<&str>) -> Result<Vec<ProfileRequest>, VfError> {
+    parse_profile_requests(raw)
+}
+
+/// `VF_ADMISSION_TIMEOUT_SECONDS` parsed on its own (default 60 s).
+///
+/// # Errors
+/// `VF_CONFIG` `… is not a number.` / `… is not positive.`
+pub fn admission_timeout_from(raw: Option<&str>) -> Result<f64, VfError> {
+    Ok(ADMISSION_TIMEOUT.parse(raw)?.unwrap_or(60.0))
 }
 
 /// `VF_PROFILE_REQUESTS_JSON` (ENV-13): a list of `{channel, profile, options}`; empty when

@@ -2,8 +2,8 @@
 //! `videoflow-core`.
 //!
 //! Without a subcommand it runs one node replica from its `VF_*` environment (what control
-//! planes start); `validate` and `compile` check Flow files. `provision` and `run` land with
-//! issues #5 and #6.
+//! planes start); `validate` and `compile` check Flow files; `provision` and `teardown` are the
+//! operator's jobs; `run` runs a whole Flow locally.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -49,8 +49,9 @@ enum Command {
     /// starts a private nats-server (and a redis-server when spec.payloadStore has no url),
     /// provisions, runs every replica with the environment the operator would render, prefixes
     /// their logs, and prints a summary. BATCH flows end by themselves; REALTIME flows run
-    /// until Ctrl-C, which drains the producers first. Exit: 0 ok, 2 bad flow, 3 environment,
-    /// 4 a node failed, 130 interrupted.
+    /// until Ctrl-C, which drains the producers first. Workers run in the run directory
+    /// (--workdir); every SelfCheck node's artifact is verified at the end. Exit: 0 ok, 2 bad
+    /// flow, 3 environment, 4 a node or a self-check failed, 130 interrupted.
     Run {
         /// The Flow file (YAML or JSON).
         flow: PathBuf,
@@ -63,7 +64,25 @@ enum Command {
         /// Stop the run after this many seconds (control stop, then kill).
         #[arg(long, value_name = "SECONDS")]
         timeout: Option<u64>,
+        /// The workers' working directory, where relative paths in params (sink files,
+        /// self-check artifacts) land [default: videoflow-runs/<flow name>].
+        #[arg(long, value_name = "DIR")]
+        workdir: Option<PathBuf>,
     },
+    /// Admit and provision a compiled flow's broker objects (the operator's provisioning Job).
+    ///
+    /// Reads VF_FLOW_SPECS_JSON or the file at VF_FLOW_SPECS_PATH (default
+    /// /etc/videoflow/specs.json), VF_FLOW_ID, VF_RUN_ID, VF_NATS_URL, VF_FLOW_TYPE and the
+    /// optional VF_BLOB_REDIS_URL, VF_RUNTIME_STORE_URL, VF_PROFILE_REQUESTS_JSON,
+    /// VF_ADMISSION_TIMEOUT_SECONDS, VF_STREAM_REPLICAS, VF_MAX_RETRIES. Reads the broker and
+    /// stores back, admits the profiles, then creates streams, durables, EOS anchors and the
+    /// DLQ idempotently. Exit: 0 ok, 2 incompatible, 3 unreachable or unobservable.
+    Provision,
+    /// Delete a run's streams and consumers by owner metadata (the DLQ stays).
+    ///
+    /// Sends the control stop first. Reads VF_NATS_URL, VF_FLOW_ID, VF_RUN_ID. Exit: 0 clean,
+    /// 3 incomplete cleanup (re-run it).
+    Teardown,
     /// Compile a Flow file into `specs.json` (the per-node records provisioning reads).
     ///
     /// Prints the records as JSON on stdout; exits 2 when the flow is invalid.
@@ -182,18 +201,47 @@ fn run_local(opts: videoflow_worker::local::RunOptions) -> ExitCode {
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
+/// `provision` / `teardown`: one job on a multi-threaded runtime; the exit status is the job's.
+fn run_job(teardown: bool) -> ExitCode {
+    init_logging();
+    let vars: BTreeMap<String, String> = std::env::vars().collect();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(async {
+        if teardown {
+            videoflow_worker::teardown::run_teardown_job(&vars).await
+        } else {
+            videoflow_worker::admission::run_provision_job(&vars).await
+        }
+    });
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
 fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
+        Command::Provision => Ok(run_job(false)),
+        Command::Teardown => Ok(run_job(true)),
         Command::Run {
             flow,
             keep,
             nats_url,
             timeout,
+            workdir,
         } => Ok(run_local(videoflow_worker::local::RunOptions {
             flow,
             keep,
             nats_url,
             timeout: timeout.map(std::time::Duration::from_secs),
+            workdir,
         })),
         Command::Validate { flow } => {
             let text = read(&flow)?;

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value as Json, json};
 
 use crate::model::{FlowType, JoinDecl, JoinMode, MissingPolicy};
+use crate::partition::py_repr_str;
 
 /// Default `max_pending` (JOIN-2).
 pub const DEFAULT_MAX_PENDING: i64 = 256;
@@ -96,9 +97,13 @@ impl JoinPolicy {
     }
 
     /// Parses the reference's dict (`VF_JOIN_POLICY_JSON`, the `join_policy` of
-    /// `specs.json`): unknown keys ignored, `null` as unset, then the same constructor
-    /// rules as [`JoinPolicy::from_decl`]. Only types are checked here; [`JoinPolicy::problems`]
-    /// checks the rules.
+    /// `specs.json`): unknown keys ignored, `null` as unset for the nullable keys, then the
+    /// same constructor rules as [`JoinPolicy::from_decl`]. Only types are checked here;
+    /// [`JoinPolicy::problems`] checks the rules.
+    ///
+    /// `missing` and `mode` are not nullable: 1.0.4's `d.get('missing', 'drop')` hands an
+    /// explicit `null` to the constructor, which refuses it (`missing must be one of …, got
+    /// None`), so an explicit `null` is refused here too (differential test JOIN-1).
     pub fn from_reference_json(obj: &Map<String, Json>) -> Result<Self, BadField> {
         let bad = |field, expected| BadField { field, expected };
         let present = |k: &str| obj.get(k).filter(|v| !v.is_null());
@@ -112,14 +117,16 @@ impl JoinPolicy {
                 .map(|v| v.as_i64().ok_or(bad(k, "an integer or null")))
                 .transpose()
         };
-        let missing = match present("missing").map(Json::as_str) {
+        // Absent means the default; an explicit null is not in the set (JOIN-1).
+        let word = |k: &str| obj.get(k).map(Json::as_str);
+        let missing = match word("missing") {
             None => None,
             Some(Some("drop")) => Some(MissingPolicy::Drop),
             Some(Some("wait")) => Some(MissingPolicy::Wait),
             Some(Some("error")) => Some(MissingPolicy::Error),
             Some(_) => return Err(bad("missing", "one of 'drop', 'wait', 'error'")),
         };
-        let mode = match present("mode").map(Json::as_str) {
+        let mode = match word("mode") {
             None => None,
             Some(Some("trace")) => Some(JoinMode::Trace),
             Some(Some("time")) => Some(JoinMode::Time),
@@ -217,7 +224,8 @@ impl JoinPolicy {
                 push(
                     &format!("collect.{parent}"),
                     format!(
-                        "collect window for '{parent}' must be a positive number of milliseconds, got {}",
+                        "collect window for {} must be a positive number of milliseconds, got {}",
+                        py_repr_str(parent),
                         crate::partition::py_float(*window)
                     ),
                     "Give every collected parent a positive window in milliseconds.",
@@ -300,7 +308,7 @@ pub fn missing_word(m: MissingPolicy) -> &'static str {
 
 /// Python's repr of a list of strings, for messages that quote the reference.
 fn py_list<'a>(items: impl Iterator<Item = &'a str>) -> String {
-    let parts: Vec<String> = items.map(|s| format!("'{s}'")).collect();
+    let parts: Vec<String> = items.map(py_repr_str).collect();
     format!("[{}]", parts.join(", "))
 }
 
@@ -401,6 +409,25 @@ mod tests {
         assert!(msgs.contains(
             &"fuse: quorum=2 exceeds the number of synchronized parents (1)".to_string()
         ));
+        // Names are quoted with Python's repr, as 1.0.4 formats the list.
+        let quoted = JoinPolicy::from_decl(&JoinDecl {
+            mode: Some(JoinMode::Time),
+            tolerance_ms: Some(5.0),
+            collect: [("a\\b".to_string(), 0.0)].into_iter().collect(),
+            ..Default::default()
+        });
+        let msgs: Vec<String> = quoted
+            .problems("n", &parents(&["it's"]))
+            .into_iter()
+            .map(|p| p.message)
+            .collect();
+        assert_eq!(
+            msgs,
+            [
+                r"collect window for 'a\\b' must be a positive number of milliseconds, got 0.0",
+                r#"n: collect parents ['a\\b'] are not parents of this node (parents: ["it's"])"#,
+            ]
+        );
 
         let all_collected = JoinPolicy::from_decl(&JoinDecl {
             mode: Some(JoinMode::Time),
@@ -440,6 +467,16 @@ mod tests {
             parsed.timeout_seconds, None,
             "JOIN-1: wait clears the timeout"
         );
+        for null_word in ["missing", "mode"] {
+            let Json::Object(d) = json!({ null_word: null }) else {
+                panic!()
+            };
+            assert_eq!(
+                JoinPolicy::from_reference_json(&d).map_err(|e| e.field),
+                Err(null_word),
+                "JOIN-1: an explicit null {null_word} is not in the set"
+            );
+        }
         let bad = json!({"quorum": "two"});
         let Json::Object(bad) = bad else { panic!() };
         assert_eq!(

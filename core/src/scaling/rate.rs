@@ -43,10 +43,43 @@ impl ThroughputSample {
     /// `min(1, processed / offered)`, or `None` when nothing was offered — an idle window has
     /// no fraction, and calling it 0 or 1 would be a guess.
     ///
-    /// The division is an f64 one, exact to Python's for counts below 2⁵³.
+    /// The division is Python's `int / int` ([`py_true_div`]): correctly rounded for every
+    /// count, not only below 2⁵³.
     pub fn delivered_fraction(&self) -> Option<f64> {
-        (self.offered > 0).then(|| (self.processed as f64 / self.offered as f64).min(1.0))
+        (self.offered > 0).then(|| py_true_div(self.processed, self.offered).min(1.0))
     }
+}
+
+/// Python's `n / d` for integers (`d != 0`): the exact quotient rounded once to the nearest
+/// f64, ties to even.
+///
+/// Why not `n as f64 / d as f64`: above 2⁵³ each conversion rounds before the division
+/// rounds again, and the double rounding moves the result by an ulp — enough to flip a
+/// `fraction >= objective` comparison or a `ceil` (found by the differential tests against
+/// 1.0.4, whose counters are Python ints).
+pub fn py_true_div(n: i64, d: i64) -> f64 {
+    const EXACT: u64 = 1 << 53;
+    let (un, ud) = (n.unsigned_abs(), d.unsigned_abs());
+    if ud == 0 {
+        return f64::NAN; // callers never divide by zero; total rather than panicking
+    }
+    let negative = (n < 0) != (d < 0);
+    let magnitude = if un <= EXACT && ud <= EXACT {
+        // Both convert exactly, so the one division is the only rounding.
+        un as f64 / ud as f64
+    } else if un == 0 {
+        0.0
+    } else {
+        // Scale n up to 127 bits so the integer quotient keeps ≥ 64 significant bits, fold
+        // a non-zero remainder into a sticky bit, then let the (correctly rounding) u128 → f64
+        // conversion round once; the power-of-two rescale is exact (the value is normal).
+        let shift = 127 - (128 - u128::from(un).leading_zeros());
+        let scaled = u128::from(un) << shift;
+        let (q, r) = (scaled / u128::from(ud), scaled % u128::from(ud));
+        let q = if r == 0 { q } else { q | 1 };
+        q as f64 * 2f64.powi(-(shift as i32))
+    };
+    if negative { -magnitude } else { magnitude }
 }
 
 /// The declared delivery objective a live node must meet, per control window.
@@ -225,7 +258,7 @@ pub fn observe_rate_demand(
         (hold, RateDiagnosis::Stabilizing)
     } else {
         let a = window.offered as f64 * objective.min_delivered_fraction;
-        let b = window.processed as f64 / current_replicas as f64;
+        let b = py_true_div(window.processed, current_replicas);
         // `as` saturates, and the clamp then bounds the result by `max_replicas`.
         let wanted = (a / b).ceil() as i64;
         (
@@ -279,6 +312,17 @@ mod tests {
             (13, 9, 4)
         );
         assert_eq!(sample.delivered_fraction(), Some(9.0 / 13.0));
+        // Above 2^53, Python's correctly rounded int / int (values from 1.0.4).
+        assert_eq!(
+            py_true_div(1_367_042_287_621_652, 9_007_199_254_918_373).to_bits(),
+            0x3fc3_6d45_57c7_b3aa
+        );
+        assert_eq!(
+            py_true_div(60, 9_007_199_255_487_311).to_bits(),
+            0x3cfd_ffff_fff5_52e6
+        );
+        assert_eq!(py_true_div(-7, 2), -3.5);
+        assert_eq!(py_true_div(i64::MIN, 1), -(2f64.powi(63)));
         let idle = throughput_sample(before, before, 30.0);
         assert_eq!(idle.delivered_fraction(), None);
     }

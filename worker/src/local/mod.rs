@@ -7,6 +7,15 @@
 //! with each failed worker's termination reason → exit with the taxonomy's code.
 //!
 //! - [`supervisor`] — the worker processes: spawn, log prefixes, restarts (ABORT-6).
+//!
+//! **Run directory.** Every worker starts in one working directory (`--workdir`, default
+//! `videoflow-runs/<flow name>/` under the current directory), so relative paths in node
+//! params — sink files, self-check artifacts — land there; the runner prints it.
+//!
+//! **Self-checks.** For every `videoflow.rs.consumers.SelfCheck` node the runner deletes the
+//! artifact at its `path` before the run and reads it afterwards: a missing artifact or
+//! `ok: false` is printed with its details and makes the run exit 4 (a failed check cannot
+//! fail the worker itself: `close()` errors are only logged, LOOP-1).
 
 pub mod supervisor;
 
@@ -42,6 +51,18 @@ pub struct RunOptions {
     pub nats_url: Option<String>,
     /// Give up (control stop, then kill) after this long.
     pub timeout: Option<Duration>,
+    /// The workers' working directory (default `videoflow-runs/<flow name>`).
+    pub workdir: Option<PathBuf>,
+}
+
+/// The canonical class of the self-checking consumer whose artifacts the runner verifies.
+pub const SELFCHECK_CLASS: &str = "videoflow.rs.consumers.SelfCheck";
+
+/// One SelfCheck node's artifact.
+#[derive(Debug, Clone)]
+struct SelfCheckArtifact {
+    node: String,
+    path: PathBuf,
 }
 
 /// Runs the flow; returns the process exit status.
@@ -108,6 +129,12 @@ async fn run(opts: RunOptions, interrupt: StopFlag) -> Result<i32, VfError> {
     provision(&broker, &doc, &flow).await?;
 
     let exe = std::env::current_exe().map_err(|e| env_error(e.to_string()))?;
+    let workdir = prepare_workdir(&opts, &doc)?;
+    let checks = self_checks(&doc, &workdir);
+    eprintln!(
+        "run directory: {} (workers' working directory; relative paths in params land here)",
+        workdir.display()
+    );
     let dir = std::env::temp_dir().join(format!("videoflow-run-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| env_error(e.to_string()))?;
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
@@ -116,7 +143,9 @@ async fn run(opts: RunOptions, interrupt: StopFlag) -> Result<i32, VfError> {
         for r in 0..spec.nb_tasks {
             let vars = node_vars(&doc, &flow, &spec.name, r, &nats_url)?;
             let log = dir.join(format!("{}.{r}.termination", spec.name));
-            workers.push(Worker::new(&spec.name, r, vars, log, workers.len()));
+            workers.push(
+                Worker::new(&spec.name, r, vars, log, workers.len()).with_cwd(workdir.clone()),
+            );
         }
     }
     for w in &mut workers {
@@ -136,6 +165,7 @@ async fn run(opts: RunOptions, interrupt: StopFlag) -> Result<i32, VfError> {
     )
     .await;
     print_summary(&workers);
+    let checks_ok = report_self_checks(&checks);
     if !opts.keep {
         teardown(&broker, &flow).await;
     }
@@ -143,8 +173,86 @@ async fn run(opts: RunOptions, interrupt: StopFlag) -> Result<i32, VfError> {
     Ok(if interrupted {
         EXIT_INTERRUPTED
     } else {
-        exit_code(&workers)
+        match exit_code(&workers) {
+            0 if !checks_ok => videoflow_core::errors::EXIT_FLOW_FAILED,
+            code => code,
+        }
     })
+}
+
+/// Creates the run directory and returns it as an absolute path.
+fn prepare_workdir(opts: &RunOptions, doc: &FlowDocument) -> Result<PathBuf, VfError> {
+    let dir = opts.workdir.clone().unwrap_or_else(|| {
+        PathBuf::from("videoflow-runs").join(doc.metadata.name.replace(['/', '\\'], "_"))
+    });
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::canonicalize(&dir))
+        .map_err(|e| {
+            env_error(format!(
+                "cannot create the run directory {}: {e}",
+                dir.display()
+            ))
+        })
+}
+
+/// Every SelfCheck node's artifact, resolved against the run directory; stale artifacts of an
+/// earlier run are deleted so only this run can pass.
+fn self_checks(doc: &FlowDocument, workdir: &std::path::Path) -> Vec<SelfCheckArtifact> {
+    let mut out = Vec::new();
+    for node in &doc.spec.nodes {
+        let class = node.component.builtin.as_deref();
+        if class.and_then(crate::nodes::canonical_class) != Some(SELFCHECK_CLASS) {
+            continue;
+        }
+        let Some(path) = node
+            .params
+            .as_ref()
+            .and_then(|p| p.get("path"))
+            .and_then(serde_json::Value::as_str)
+        else {
+            continue; // the worker refuses it with VF_CONFIG
+        };
+        let path = workdir.join(path);
+        let _ = std::fs::remove_file(&path);
+        out.push(SelfCheckArtifact {
+            node: node.name.clone(),
+            path,
+        });
+    }
+    out
+}
+
+/// Prints each self-check's verdict; `false` when one is missing or failed.
+fn report_self_checks(checks: &[SelfCheckArtifact]) -> bool {
+    let mut all_ok = true;
+    for c in checks {
+        let verdict = std::fs::read_to_string(&c.path)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+        match verdict {
+            Some(v) if v["ok"] == serde_json::Value::Bool(true) => {
+                eprintln!("self-check {}: ok ({})", c.node, c.path.display());
+            }
+            Some(v) => {
+                all_ok = false;
+                eprintln!(
+                    "self-check {}: FAILED ({}): {}",
+                    c.node,
+                    c.path.display(),
+                    v["details"]
+                );
+            }
+            None => {
+                all_ok = false;
+                eprintln!(
+                    "self-check {}: FAILED: no artifact at {} (the node did not finish)",
+                    c.node,
+                    c.path.display()
+                );
+            }
+        }
+    }
+    all_ok
 }
 
 /// Starts a private redis-server when the Flow asks for a payload store without a URL.
@@ -330,26 +438,13 @@ fn exit_code(workers: &[Worker]) -> i32 {
     }
 }
 
-/// Deletes the run's node streams (the flow-scoped DLQ stays, STREAM-9). Only streams whose
-/// owner labels name this flow and run are touched.
+/// Deletes the run's streams and consumers by owner metadata, keeping the flow-scoped DLQ
+/// (STREAM-9/14) — the same function as `videoflow-worker teardown`. An incomplete cleanup is
+/// reported, not hidden.
 async fn teardown(broker: &Broker, flow: &videoflow_core::compile::CompiledFlow) {
-    let js = broker.jetstream();
-    for node in &flow.nodes {
-        let name = videoflow_core::naming::stream_name(&flow.flow_id, &flow.run_id, &node.name);
-        let Ok(mut stream) = js.get_stream(&name).await else {
-            continue;
-        };
-        let owned = match stream.info().await {
-            Ok(info) => {
-                let m = &info.config.metadata;
-                m.get(videoflow_core::naming::LABEL_FLOW_ID) == Some(&flow.flow_id)
-                    && m.get(videoflow_core::naming::LABEL_RUN_ID) == Some(&flow.run_id)
-            }
-            Err(_) => false,
-        };
-        if owned && let Err(e) = js.delete_stream(&name).await {
-            eprintln!("could not delete stream {name}: {e}");
-        }
+    let cleanup = crate::teardown::teardown(broker, &flow.flow_id, &flow.run_id).await;
+    if let Err(e) = cleanup.into_result(&flow.flow_id, &flow.run_id) {
+        eprintln!("{}", e.render());
     }
 }
 

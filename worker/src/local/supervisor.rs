@@ -28,6 +28,7 @@ pub struct Worker {
     /// Final exit status once it ended for good (`-1` for a signal).
     pub exit: Option<i32>,
     colour: &'static str,
+    cwd: Option<PathBuf>,
 }
 
 const COLOURS: [&str; 6] = [
@@ -52,7 +53,14 @@ impl Worker {
             restarts: 0,
             exit: None,
             colour: COLOURS[index % COLOURS.len()],
+            cwd: None,
         }
+    }
+
+    /// Starts the process in `dir` (the run directory) instead of the runner's own.
+    pub fn with_cwd(mut self, dir: PathBuf) -> Self {
+        self.cwd = Some(dir);
+        self
     }
 
     /// `node/replica`, the prefix of its log lines.
@@ -63,7 +71,11 @@ impl Worker {
     /// Starts (or restarts) the process, forwarding its output with a prefix.
     pub fn spawn(&mut self, exe: &PathBuf, colour: bool) -> std::io::Result<()> {
         let _ = std::fs::remove_file(&self.termination_log);
-        let mut child = Command::new(exe)
+        let mut command = Command::new(exe);
+        if let Some(dir) = &self.cwd {
+            command.current_dir(dir);
+        }
+        let mut child = command
             .env_clear()
             .envs(passthrough_env())
             .envs(&self.vars)

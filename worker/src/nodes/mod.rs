@@ -12,6 +12,9 @@
 //!   Python reference's class names.
 //! - [`producers`], [`processors`], [`aggregators`], [`consumers`] — the built-in nodes.
 //! - [`convert`] — how a payload reads as a Python object: `Value`s, `str()` and JSON.
+//! - [`selfcheck`] — `Map` (arithmetic, partition keys) and `SelfCheck` (a consumer that
+//!   writes a `{ok, expected, actual, details}` artifact): what sample Flows check themselves
+//!   with.
 //! - [`testing`] — test-support nodes (`TickProducer`, `FailOn`, `FailingProducer`) that let
 //!   end-to-end tests drive time joins, the failure ladder, dead letters and ABORTs.
 //!
@@ -29,6 +32,7 @@ mod params;
 pub mod processors;
 pub mod producers;
 pub mod registry;
+pub mod selfcheck;
 pub mod testing;
 
 use videoflow_core::envelope::Payload;

@@ -17,7 +17,8 @@ use super::consumers::{CommandlineConsumer, FileAppenderConsumer, JsonlSink, Voi
 use super::params::{ConsumerFlags, Family, Params};
 use super::processors::{IdentityProcessor, JoinerProcessor, ServiceTimeProcessor};
 use super::producers::{IntProducer, SyntheticFrameProducer};
-use super::testing::{FailOn, FailingProducer, TickProducer};
+use super::selfcheck::{Map as MapProcessor, SelfCheck};
+use super::testing::{FailOn, FailingProducer, Hang, TickProducer};
 use super::{Consumer, Processor, Producer};
 
 /// Declarations a consumer carries in its params (1.0.4 `ConsumerNode.__init__`) that the
@@ -177,6 +178,18 @@ const CLASSES: &[Class] = &[
         build: |p, _| FailOn::from_params(p).map(processor),
     },
     Class {
+        canonical: "videoflow.rs.processors.Hang",
+        alias: None,
+        family: Family::Processor,
+        build: |p, _| Hang::from_params(p).map(processor),
+    },
+    Class {
+        canonical: "videoflow.rs.processors.Map",
+        alias: None,
+        family: Family::Processor,
+        build: |p, _| MapProcessor::from_params(p).map(processor),
+    },
+    Class {
         canonical: "videoflow.consumers.basic.CommandlineConsumer",
         alias: Some("videoflow.consumers.CommandlineConsumer"),
         family: Family::Consumer,
@@ -199,6 +212,12 @@ const CLASSES: &[Class] = &[
         alias: None,
         family: Family::Consumer,
         build: |p, f| JsonlSink::from_params(p).map(|c| consumer(c, f)),
+    },
+    Class {
+        canonical: "videoflow.rs.consumers.SelfCheck",
+        alias: None,
+        family: Family::Consumer,
+        build: |p, f| SelfCheck::from_params(p).map(|c| consumer(c, f)),
     },
 ];
 

@@ -8,6 +8,8 @@
 //!   with a typed error (DELIV-6/8).
 //! - [`FailingProducer`] — `videoflow.rs.producers.FailingProducer`: emits a few values, then
 //!   fails `next()` with an unclassified error so `VF_ON_ERROR` decides (ERR-2, ABORT-1a).
+//! - [`Hang`] — `videoflow.rs.processors.Hang`: a `process()` that never returns (SUP-1/2),
+//!   optionally after a slow `open()` (HEALTH-1).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -37,7 +39,11 @@ pub const DEFAULT_TICK_PERIOD_MS: f64 = 100.0;
 /// every k-th tick, i.e. the ticks `k, 2k, 3k, …`, leaving a gap on the grid), `value`
 /// (optional), `pace` (bool, default false: with it, tick `i` is not released before the wall
 /// clock reaches its event time, like a live sensor; ticks already in the past — all of them
-/// with the default `start_ts` — go out at once).
+/// with the default `start_ts` — go out at once), `pace_relative` (bool, default false: with
+/// `pace`, tick `i` is released `tick_ts(i) − tick_ts(1)` after the first `next()` instead,
+/// so a Flow *file* gets a live rate while its event times stay on the fixed, reproducible
+/// grid; two such producers release a tick at nearly the same instant, apart by the gap
+/// between their starts).
 ///
 /// Two producers with the same `start_ts`/`period_ms` give identical event times per tick
 /// index, whatever their wall-clock start, so a time join pairs them deterministically. Paced
@@ -51,6 +57,9 @@ pub struct TickProducer {
     skip_every: u64,
     value: Option<Value>,
     pace: bool,
+    pace_relative: bool,
+    /// With `pace_relative`: when the first tick was asked for.
+    paced_from: Option<std::time::Instant>,
     /// The last tick index handed out or skipped.
     tick: u64,
 }
@@ -67,6 +76,8 @@ impl TickProducer {
             skip_every,
             value: None,
             pace: false,
+            pace_relative: false,
+            paced_from: None,
             tick: 0,
         }
     }
@@ -100,16 +111,26 @@ impl TickProducer {
             .map_err(|_| p.bad("skip_every", "a non-negative integer", &Json::from(skip)))?;
         let value = p.opt_json("value").map(json_to_value);
         let pace = p.bool("pace", false)?;
+        let pace_relative = p.bool("pace_relative", false)?;
         Ok(TickProducer {
             value,
             pace,
+            pace_relative,
             ..TickProducer::new(count, period_ms, start_ts, skip_every)
         })
     }
 
     /// When pacing, sleeps until the wall clock reaches tick `i`'s event time.
-    fn wait_for(&self, i: u64) {
+    fn wait_for(&mut self, i: u64) {
         if !self.pace {
+            return;
+        }
+        if self.pace_relative {
+            let origin = *self.paced_from.get_or_insert_with(std::time::Instant::now);
+            let offset =
+                Self::tick_ts(0.0, self.period_ms, i) - Self::tick_ts(0.0, self.period_ms, 1);
+            let due = origin + Duration::try_from_secs_f64(offset).unwrap_or_default();
+            std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
             return;
         }
         let due = Self::tick_ts(self.start_ts, self.period_ms, i);
@@ -246,6 +267,71 @@ impl Processor for FailOn {
                     [one] => value_to_payload(one.clone()),
                     _ => Payload::Value(Value::List(items)),
                 }),
+        }
+    }
+}
+
+/// `videoflow.rs.processors.Hang` (ours): a passthrough whose `process()` never returns for
+/// the ints listed in `hang_on` (absent or empty: for every input), the way a node wedged on
+/// a lock or an unbounded read does, so the progress watchdog has something to catch
+/// (SUP-1/2). `open_seconds` (≥ 0, default 0) makes `open()` that slow, so readiness can be
+/// seen to wait for it (HEALTH-1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hang {
+    hang_on: Vec<i64>,
+    open_seconds: f64,
+}
+
+impl Hang {
+    /// Hangs on `hang_on` (empty: on everything) after an `open()` of `open_seconds`.
+    pub fn new(hang_on: Vec<i64>, open_seconds: f64) -> Self {
+        Hang {
+            hang_on,
+            open_seconds,
+        }
+    }
+
+    pub(crate) fn from_params(p: &mut Params<'_>) -> Result<Self, VfError> {
+        let hang_on = p.int_list("hang_on")?;
+        let open_seconds = p.float("open_seconds", 0.0)?;
+        if open_seconds.is_nan() || open_seconds < 0.0 || !open_seconds.is_finite() {
+            return Err(p.bad(
+                "open_seconds",
+                "a non-negative number",
+                &Json::from(open_seconds),
+            ));
+        }
+        Ok(Hang::new(hang_on, open_seconds))
+    }
+
+    /// Whether `inputs` make `process()` hang.
+    pub fn hangs_on(&self, inputs: &[Input]) -> bool {
+        self.hang_on.is_empty()
+            || inputs.iter().any(|i| {
+                matches!(i, Input::Present(Payload::Value(Value::Int(v))) if self.hang_on.contains(v))
+            })
+    }
+}
+
+impl Processor for Hang {
+    fn open(&mut self, _ctx: &mut NodeContext) -> Result<(), VfError> {
+        std::thread::sleep(Duration::from_secs_f64(self.open_seconds));
+        Ok(())
+    }
+
+    fn process(&mut self, _ctx: &mut NodeContext, inputs: &[Input]) -> Result<Payload, VfError> {
+        if self.hangs_on(inputs) {
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        }
+        match inputs {
+            [Input::Present(p)] => Ok(normalize_output(p.clone())),
+            many => many
+                .iter()
+                .map(|i| input_to_value("Hang", i))
+                .collect::<Result<Vec<_>, _>>()
+                .map(|items| Payload::Value(Value::List(items))),
         }
     }
 }
@@ -451,6 +537,24 @@ mod tests {
         let m = params(serde_json::json!({"values": [2], "code": "transient"}));
         let f = FailOn::from_params(&mut Params::new("F", &m)).expect("builds");
         assert_eq!(f.error_for(2).disposition, Some(Disposition::Transient));
+    }
+
+    #[test]
+    fn sup_2_hang_params_and_which_inputs_hang() {
+        let m = params(serde_json::json!({"hang_on": [2], "open_seconds": 0.01}));
+        let mut h = Hang::from_params(&mut Params::new("H", &m)).expect("builds");
+        assert!(h.hangs_on(&[int(2)]));
+        assert!(!h.hangs_on(&[int(1)]));
+        let mut ctx = NodeContext::default();
+        assert!(h.open(&mut ctx).is_ok());
+        assert_eq!(
+            h.process(&mut ctx, &[int(1)]),
+            Ok(Payload::Value(Value::Int(1)))
+        );
+        assert!(Hang::new(Vec::new(), 0.0).hangs_on(&[int(7)]));
+        let m = params(serde_json::json!({"open_seconds": -1}));
+        let e = Hang::from_params(&mut Params::new("H", &m)).err();
+        assert_eq!(e.map(|e| e.code), Some(ErrorCode::Config));
     }
 
     #[test]

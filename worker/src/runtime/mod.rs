@@ -6,10 +6,11 @@
 //! - [`receive`] — the receive loop: join, terminators, drain (§8.4, §9).
 //! - [`produce`] — the producer loop (LOOP-2).
 //! - [`process`] — the processor and consumer loop (LOOP-3/4).
+//! - [`guards`] — GPU and asset checks, health server, progress deadline and watchdog.
 //!
-//! Not yet here (issue #4): the health server, the progress watchdog, GPU and asset checks,
-//! the fault schedule. Not yet here (issue #5): the runtime ledger (memory only).
+//! Not yet here (issue #4): the fault schedule. The runtime ledger is opened at step 7 for the slot claim only (`crate::store`).
 
+mod guards;
 mod output;
 mod process;
 mod produce;
@@ -72,6 +73,8 @@ async fn start(vars: &BTreeMap<String, String>, signals: &Signals) -> Result<i32
     // START-1 step 2: configuration, before any connection.
     let cfg = Arc::new(WorkerConfig::from_env(vars)?);
     tracing::info!(node = %cfg.node_name, kind = %cfg.kind.as_str(), replica = cfg.replica_id(), flow = %cfg.flow_id, run = %cfg.run_id, "starting");
+    // HEALTH-2: the first beat is taken now, before the messenger connects.
+    crate::health::install(crate::health::HealthState::new(&cfg.node_name));
     // Step 4: the payload store.
     let blob = match &cfg.blob_url {
         Some(url) => Some(BlobStore::connect(
@@ -87,6 +90,10 @@ async fn start(vars: &BTreeMap<String, String>, signals: &Signals) -> Result<i32
             .with_remedy("Set VF_NODE_CLASS to a built-in node class, e.g. videoflow.processors.basic.IdentityProcessor (`videoflow-worker --help` lists the control-plane commands that render it).")
     })?;
     let node = build_node(&class, cfg.kind, &cfg.node_params)?;
+    // Step 6: GPU grant check, then asset check — before any connection and `open()`.
+    guards::device_checks(&cfg, vars, matches!(node, BuiltNode::Processor(_))).await?;
+    // Step 7: the runtime store; a replica without an id claims a slot (ENV-5 step 3).
+    let (cfg, _slot) = crate::store::lease::claim_replica_slot(cfg, &signals.stop).await?;
     // Step 8: the broker.
     let broker = broker::connect(&cfg.nats_url).await?;
     let _control =
@@ -109,6 +116,7 @@ async fn start(vars: &BTreeMap<String, String>, signals: &Signals) -> Result<i32
     match node {
         BuiltNode::Producer(mut producer) => {
             let mut output = output;
+            let _health = guards::start_health(&cfg, &broker).await?; // step 9
             match produce::run(&cfg, producer.as_mut(), &mut ctx, &mut output, signals).await? {
                 ProducerEnd::Finished => Ok(0),
                 ProducerEnd::Quiesced => Ok(EXIT_TERMINATED),
@@ -117,6 +125,7 @@ async fn start(vars: &BTreeMap<String, String>, signals: &Signals) -> Result<i32
         BuiltNode::Processor(mut processor) => {
             processor.check_inputs(cfg.parent_names.len())?;
             let mut lp = build_loop(&cfg, &broker, blob, output, signals).await?;
+            let _health = guards::start_health(&cfg, &broker).await?; // step 9
             finish(
                 lp.run(Sink::Processor(processor.as_mut()), &mut ctx)
                     .await?,
@@ -138,6 +147,7 @@ async fn start(vars: &BTreeMap<String, String>, signals: &Signals) -> Result<i32
                 _ => None,
             };
             let mut lp = build_loop(&cfg, &broker, blob, output, signals).await?;
+            let _health = guards::start_health(&cfg, &broker).await?; // step 9
             finish(
                 lp.run(Sink::Consumer(consumer.as_mut(), idem), &mut ctx)
                     .await?,
@@ -257,6 +267,7 @@ async fn build_loop<'a>(
         .first()
         .map_or(cfg.max_deliver(false), |d| d.max_deliver());
     let settler = Settler::new(broker.clone(), cfg, max_deliver, blob.clone());
+    let supervision = guards::Supervision::new(cfg, broker, &durables)?; // step 10
     let receiver = Receiver::new(
         cfg.clone(),
         broker.clone(),
@@ -273,6 +284,7 @@ async fn build_loop<'a>(
         output,
         breaker: Breaker::new(cfg.breaker_threshold),
         signals,
+        supervision,
     })
 }
 

@@ -8,6 +8,8 @@ use videoflow_core::errors::VfError;
 use crate::blob::{self, BlobStore};
 use crate::broker::{Publication, PublishMode, PublishOutcome, Publisher, StopFlag};
 use crate::emit::Emitter;
+use crate::health::{self, metrics};
+use videoflow_core::value::Value;
 
 /// Everything needed to put one envelope on the broker.
 pub(crate) struct Output {
@@ -50,6 +52,7 @@ impl Output {
             blob::offload_if_needed(payload_type, bytes, self.threshold, self.blob.as_ref())
                 .await?;
         env.payload = Payload::Opaque { payload_type, data };
+        record_publish(&env);
         let outcome = self
             .send(&env, self.mode, self.emitter.data_subject())
             .await?;
@@ -57,7 +60,10 @@ impl Output {
             PublishOutcome::Stored {
                 duplicate: false, ..
             } => self.emitter.count_published(),
-            PublishOutcome::Discarded { .. } => self.discarded += 1,
+            PublishOutcome::Discarded { .. } => {
+                self.discarded += 1;
+                health::record(|m| m.record_drop(metrics::DROP_PUBLISH_DISCARDED, 1));
+            }
             _ => {}
         }
         Ok(outcome)
@@ -89,6 +95,24 @@ impl Output {
             .publish(&publication, mode, &self.stop)
             .await?)
     }
+}
+
+/// HEALTH-2/3: a DATA publish beats, counts, and observes the stamped timings (LOOP-7).
+fn record_publish(env: &Envelope) {
+    health::beat();
+    health::record(|m| {
+        for (key, metric) in [
+            ("proctime", "proctime_seconds"),
+            ("actual_proctime", "actual_proctime_seconds"),
+        ] {
+            match env.metadata.get(key) {
+                Some(Value::Double(v)) => m.observe(metric, *v),
+                Some(Value::Int(v)) => m.observe(metric, *v as f64),
+                _ => {}
+            }
+        }
+        m.incr("messages_published", 1);
+    });
 }
 
 /// An envelope that cannot be encoded is bad data (metadata tensor, out-of-range value).

@@ -4,6 +4,7 @@ use std::time::Instant;
 
 use videoflow_core::envelope::Payload;
 use videoflow_core::errors::{Disposition, ErrorCode, VfError};
+use videoflow_core::model::DeliveryMode;
 use videoflow_core::msgid::{MsgKind, msgid_signed};
 
 use super::output::Output;
@@ -13,6 +14,7 @@ use super::{Signals, wall_now, wrap_node_error};
 use crate::config::WorkerConfig;
 use crate::delivery::{Breaker, classify};
 use crate::emit::Timings;
+use crate::health::{self, metrics};
 use crate::idempotency::IdempotencyStore;
 use crate::join::{GroupInput, ReadyGroup};
 use crate::nodes::{
@@ -44,6 +46,8 @@ pub(crate) struct Loop<'a> {
     pub(crate) output: Output,
     pub(crate) breaker: Breaker,
     pub(crate) signals: &'a Signals,
+    /// The progress deadline and its watchdog (SUP-1/2).
+    pub(crate) supervision: super::guards::Supervision,
 }
 
 impl Loop<'_> {
@@ -62,7 +66,12 @@ impl Loop<'_> {
             self.receiver.close().await;
             return Err(wrap_node_error(e, self.cfg, None));
         }
+        health::mark_ready(); // HEALTH-1: only once `open()` returned
+        if let Err(e) = self.supervision.opened() {
+            tracing::warn!("progress watchdog not started: {}", e.log_line());
+        }
         let result = self.groups(&mut sink, ctx).await;
+        self.supervision.closing();
         let closed = tokio::task::block_in_place(|| match &mut sink {
             Sink::Processor(p) => p.close(ctx),
             Sink::Consumer(c, _) => c.close(ctx),
@@ -83,6 +92,8 @@ impl Loop<'_> {
     ) -> Result<LoopEnd, VfError> {
         let mut last_end = Instant::now();
         loop {
+            health::beat();
+            health::record(|m| m.incr("messages_received", 1));
             let received = self
                 .receiver
                 .receive(&mut self.settler, &self.signals.quiesce)
@@ -94,7 +105,9 @@ impl Loop<'_> {
                 }
                 Some(Received::Stop(stop)) => return self.stop(stop).await,
                 Some(Received::Group(group)) => {
+                    health::record(|m| m.record_offered());
                     self.group(group, sink, ctx, &mut last_end).await?;
+                    self.supervision.check()?; // SUP-1: after each group
                 }
             }
         }
@@ -149,6 +162,8 @@ impl Loop<'_> {
         match outcome {
             Ok(()) => {
                 self.settler.ack_all(&group.handles).await;
+                health::record(|m| m.incr("messages_processed", 1));
+                self.supervision.deadline.record_progress();
                 self.breaker.success();
                 Ok(())
             }
@@ -230,6 +245,19 @@ impl Loop<'_> {
             classify(&e, self.cfg.on_error)
         };
         let e = e.with_disposition(disposition);
+        self.supervision.deadline.record_progress();
+        let best_effort = self.cfg.delivery == DeliveryMode::BestEffort;
+        health::record(|m| {
+            m.incr("messages_failed", 1);
+            m.record_error(e.code.code(), disposition.as_str());
+            match disposition {
+                Disposition::Poison => m.record_drop(metrics::DROP_POISON, 1),
+                Disposition::Transient if best_effort => {
+                    m.record_drop(metrics::DROP_BEST_EFFORT, 1)
+                }
+                _ => {}
+            }
+        });
         if user_error || disposition == Disposition::WorkerFatal {
             self.settler.nak_all(&group.handles).await;
             return Err(e);

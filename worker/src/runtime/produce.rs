@@ -34,6 +34,7 @@ pub(crate) async fn run(
         abort_if_poison(cfg, out, &e).await;
         return Err(e);
     }
+    crate::health::mark_ready(); // HEALTH-1: only once `open()` returned
     let result = produce(cfg, node, ctx, out, signals).await;
     if let Err(e) = tokio::task::block_in_place(|| node.close(ctx)) {
         tracing::error!("close() failed: {}", e.log_line());
@@ -50,6 +51,7 @@ async fn produce(
 ) -> Result<ProducerEnd, VfError> {
     let mut last_end = Instant::now();
     loop {
+        crate::health::beat(); // HEALTH-2: each termination check
         if signals.quiesce.is_set() {
             return Ok(ProducerEnd::Quiesced);
         }

@@ -115,6 +115,7 @@ impl Receiver {
         quiesce: &StopFlag,
     ) -> Result<Option<Received>, VfError> {
         loop {
+            crate::health::beat(); // HEALTH-2: the loop is alive while it waits
             if quiesce.is_set() {
                 return Ok(None);
             }
@@ -216,6 +217,9 @@ impl Receiver {
                 let err = VfError::new(ErrorCode::PoisonDecode, e.to_string())
                     .with_context("node", self.cfg.node_name.clone());
                 settler.counts.undecodable += 1;
+                crate::health::record(|m| {
+                    m.record_drop(crate::health::metrics::DROP_UNDECODABLE, 1);
+                });
                 settler.fail(&[held], &err, Disposition::Poison).await;
                 return;
             }
@@ -243,6 +247,9 @@ impl Receiver {
             }
             if owner.must_reject(KeyPolicy::Reject) {
                 let err = VfError::poison_partition_key(&self.cfg.node_name, &by, key.as_deref());
+                crate::health::record(|m| {
+                    m.record_drop(crate::health::metrics::DROP_INVALID_PARTITION_KEY, 1);
+                });
                 settler.fail(&[held], &err, Disposition::Poison).await;
                 return;
             }

@@ -120,7 +120,15 @@ impl Settler {
                         .await;
                     self.counts.nacked += 1;
                 }
-                FailureAction::DeadLetter => self.dead_letter(h, error).await,
+                FailureAction::DeadLetter => {
+                    if disposition != Disposition::Poison {
+                        // The at-least-once retry budget ran out (HEALTH-3 `exhausted`).
+                        crate::health::record(|m| {
+                            m.record_drop(crate::health::metrics::DROP_EXHAUSTED, 1);
+                        });
+                    }
+                    self.dead_letter(h, error).await;
+                }
                 FailureAction::SampledDeadLetter => {
                     let now = self.started.elapsed().as_secs_f64();
                     if self.sampler.admit(error.code.code(), now) {

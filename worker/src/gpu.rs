@@ -1,0 +1,724 @@
+//! The GPU grant check (§18.2, GPU-1..4): what the node was granted against what this
+//! process can see, decided before `open()`.
+//!
+//! The allocator (device plugin, local runner) decides *which* devices a worker gets; this
+//! module never allocates. It answers: how many usable devices did I receive, by which
+//! identities (the recorded grant `VF_GPU_GRANT_JSON`, else the namespace enumerated through
+//! `CUDA_VISIBLE_DEVICES` by ordinal, card UUID or MIG UUID — never by counting integers);
+//! is a short grant fatal (only with `gpu_fallback = none`); do the devices have the peer
+//! access the node requires (`nvidia-smi topo -p2p r`).
+//!
+//! What could not be observed stays "unknown": a missing `nvidia-smi` in a CPU image is not
+//! evidence of zero devices. The host is read through an injectable [`GpuProbe`]; the real
+//! one, [`NvidiaSmi`], runs the binary found on `PATH` with a timeout, killing its whole
+//! process group when it hangs. NVML is not loaded (the reference reads `nvidia-smi` too);
+//! the probe seam is where it would go. The probe blocks: call it off the async runtime.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value as Json, json};
+use videoflow_core::errors::{ErrorCode, VfError};
+use videoflow_core::model::GpuFallback;
+use videoflow_core::partition::py_repr_str;
+use videoflow_core::scaling::Observation;
+
+use crate::config::{DeviceConfig, DeviceType};
+
+/// Bound on one `nvidia-smi` call (GPU-2): a wedged driver must not hang startup.
+pub const NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One accelerator in three identifier spaces: host ordinal, card UUID, MIG UUID.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeviceIdentity {
+    /// The cluster node it lives on, when recorded.
+    pub node: Option<String>,
+    /// The host (physical) ordinal.
+    pub ordinal: Option<i64>,
+    /// The card UUID (`GPU-…`); for a MIG instance, its parent card's.
+    pub uuid: Option<String>,
+    /// The MIG instance UUID (`MIG-…`).
+    pub mig_uuid: Option<String>,
+    /// Product name (`""` when unknown).
+    pub product: String,
+    /// Memory in bytes.
+    pub memory_bytes: Option<i64>,
+    /// MIG profile, e.g. `1g.24gb`.
+    pub mig_profile: Option<String>,
+}
+
+impl DeviceIdentity {
+    /// The id a report shows: MIG UUID, else card UUID, else ordinal.
+    pub fn id(&self) -> String {
+        self.mig_uuid
+            .clone()
+            .or_else(|| self.uuid.clone())
+            .or_else(|| self.ordinal.map(|o| o.to_string()))
+            .unwrap_or_else(|| "None".to_owned())
+    }
+}
+
+/// GPU-1: the grant a launcher recorded (`VF_GPU_GRANT_JSON`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveredGrant {
+    /// Required.
+    pub workload_id: String,
+    /// The delivered devices, in CUDA index order.
+    pub devices: Vec<DeviceIdentity>,
+    /// Whether the launcher promised exclusive devices (absent = false).
+    pub exclusive: bool,
+    /// What was requested (absent = 0).
+    pub requested: i64,
+    /// The allocation policy (absent = `""`).
+    pub policy: String,
+    /// `observed` (absent) or `unobserved`: whether the launcher saw the host's devices.
+    pub host: String,
+}
+
+impl DeliveredGrant {
+    /// Parses GPU-1 JSON. Invalid JSON or a missing `workload_id` is a ConfigError naming
+    /// the variable (1.0.4 fails untyped; ENV-1 asks the SDK to do better).
+    pub fn parse(raw: &str) -> Result<Self, VfError> {
+        let bad = |why: String| {
+            VfError::new(
+                ErrorCode::Config,
+                format!("VF_GPU_GRANT_JSON is not a valid grant: {why}"),
+            )
+            .with_remedy("VF_GPU_GRANT_JSON is written by the launcher; unset it or fix the launcher that rendered it.")
+        };
+        let v: Json = serde_json::from_str(raw).map_err(|e| bad(e.to_string()))?;
+        let Some(obj) = v.as_object() else {
+            return Err(bad("not a JSON object".into()));
+        };
+        let workload_id = match obj.get("workload_id") {
+            Some(Json::String(s)) => s.clone(),
+            Some(Json::Number(n)) => n.to_string(),
+            _ => return Err(bad("workload_id is required".into())),
+        };
+        let str_of = |o: &serde_json::Map<String, Json>, k: &str| {
+            o.get(k).and_then(Json::as_str).map(str::to_owned)
+        };
+        let devices = obj
+            .get("devices")
+            .and_then(Json::as_array)
+            .map(|list| {
+                list.iter()
+                    .filter_map(Json::as_object)
+                    .map(|d| DeviceIdentity {
+                        node: str_of(d, "node"),
+                        ordinal: d.get("ordinal").and_then(Json::as_i64),
+                        uuid: str_of(d, "uuid"),
+                        mig_uuid: str_of(d, "mig_uuid"),
+                        product: str_of(d, "product").unwrap_or_default(),
+                        memory_bytes: d.get("memory_bytes").and_then(Json::as_i64),
+                        mig_profile: str_of(d, "mig_profile"),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(DeliveredGrant {
+            workload_id,
+            devices,
+            exclusive: obj
+                .get("exclusive")
+                .and_then(Json::as_bool)
+                .unwrap_or(false),
+            requested: obj.get("requested").and_then(Json::as_i64).unwrap_or(0),
+            policy: str_of(obj, "policy").unwrap_or_default(),
+            host: str_of(obj, "host").unwrap_or_else(|| "observed".to_owned()),
+        })
+    }
+}
+
+/// Reads the host's GPUs. Blocking.
+pub trait GpuProbe {
+    /// Every physical card and MIG instance of the host, or Unknown (`missing`, `timeout`,
+    /// `failed`) — never "none" for a failed read.
+    fn host_devices(&self) -> Observation<Vec<DeviceIdentity>>;
+    /// The text of `nvidia-smi topo -p2p r`, or Unknown.
+    fn p2p_matrix(&self) -> Observation<String>;
+}
+
+/// The real probe: `nvidia-smi` found on `PATH` (or an explicit search path, for tests).
+#[derive(Debug, Clone)]
+pub struct NvidiaSmi {
+    /// The search path; `None` = the process's `PATH`.
+    pub path: Option<OsString>,
+    /// Bound on each call.
+    pub timeout: Duration,
+}
+
+impl Default for NvidiaSmi {
+    fn default() -> Self {
+        NvidiaSmi {
+            path: None,
+            timeout: NVIDIA_SMI_TIMEOUT,
+        }
+    }
+}
+
+impl NvidiaSmi {
+    fn resolve(&self) -> Option<PathBuf> {
+        let path = self.path.clone().or_else(|| std::env::var_os("PATH"))?;
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("nvidia-smi"))
+            .find(|p| is_executable(p))
+    }
+
+    /// Runs `nvidia-smi <args>` bounded by the timeout; Unknown on absence, timeout or a
+    /// failed run.
+    pub fn run(&self, args: &[&str]) -> Observation<String> {
+        let Some(exe) = self.resolve() else {
+            return Observation::unknown("missing", "nvidia-smi is not on PATH (no NVIDIA driver)");
+        };
+        let mut cmd = Command::new(&exe);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .process_group(0);
+        if let Some(p) = &self.path {
+            cmd.env("PATH", p);
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Observation::unknown("missing", format!("nvidia-smi: {e}"));
+            }
+            Err(e) => return Observation::unknown("failed", format!("nvidia-smi: {e}")),
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        if let Some(mut out) = child.stdout.take() {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let _ = out.read_to_end(&mut buf);
+                let _ = tx.send(buf);
+            });
+        }
+        let deadline = Instant::now() + self.timeout;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() >= deadline => {
+                    if let Ok(pid) = i32::try_from(child.id()) {
+                        let _ = nix::sys::signal::killpg(
+                            nix::unistd::Pid::from_raw(pid),
+                            nix::sys::signal::Signal::SIGKILL,
+                        );
+                    }
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Observation::unknown(
+                        "timeout",
+                        format!(
+                            "nvidia-smi {} did not answer within {}s",
+                            args.join(" "),
+                            self.timeout.as_secs_f64()
+                        ),
+                    );
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+                Err(e) => return Observation::unknown("failed", format!("nvidia-smi: {e}")),
+            }
+        };
+        if !status.success() {
+            return Observation::unknown(
+                "failed",
+                format!("nvidia-smi {} exited with {status}", args.join(" ")),
+            );
+        }
+        match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(bytes) => Observation::Known(String::from_utf8_lossy(&bytes).into_owned()),
+            Err(_) => Observation::unknown("failed", "nvidia-smi output could not be read"),
+        }
+    }
+}
+
+fn is_executable(p: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The query the inventory reads: one CSV row per card, memory in MiB.
+const SMI_QUERY: [&str; 2] = [
+    "--query-gpu=index,uuid,name,memory.total,memory.used",
+    "--format=csv,noheader,nounits",
+];
+
+impl GpuProbe for NvidiaSmi {
+    fn host_devices(&self) -> Observation<Vec<DeviceIdentity>> {
+        let rows = match self.run(&SMI_QUERY) {
+            Observation::Known(t) => parse_smi_query(&t),
+            Observation::Unknown { reason, detail } => {
+                return Observation::Unknown { reason, detail };
+            }
+        };
+        let listed = match self.run(&["-L"]) {
+            Observation::Known(t) => parse_smi_list(&t),
+            Observation::Unknown { reason, detail } => {
+                return Observation::Unknown { reason, detail };
+            }
+        };
+        if listed.is_empty() {
+            return Observation::Known(rows);
+        }
+        let devices = listed
+            .into_iter()
+            .map(|mut d| {
+                if let Some(card) = rows.iter().find(|r| r.uuid.is_some() && r.uuid == d.uuid) {
+                    d.memory_bytes = card.memory_bytes;
+                }
+                d
+            })
+            .collect();
+        Observation::Known(devices)
+    }
+
+    fn p2p_matrix(&self) -> Observation<String> {
+        self.run(&["topo", "-p2p", "r"])
+    }
+}
+
+/// `nvidia-smi --query-gpu=index,uuid,name,memory.total,…` rows as identities.
+pub fn parse_smi_query(csv: &str) -> Vec<DeviceIdentity> {
+    csv.lines()
+        .filter_map(|line| {
+            let parts: Vec<&str> = line.split(',').map(str::trim).collect();
+            if parts.len() < 4 || !all_digits(parts[0]) {
+                return None;
+            }
+            Some(DeviceIdentity {
+                ordinal: parts[0].parse().ok(),
+                uuid: Some(parts[1].to_owned()).filter(|u| !u.is_empty()),
+                product: parts[2].to_owned(),
+                memory_bytes: parts[3].parse::<i64>().ok().map(|m| m * 1024 * 1024),
+                ..DeviceIdentity::default()
+            })
+        })
+        .collect()
+}
+
+/// `nvidia-smi -L`: one identity per card (`GPU <n>: <product> (UUID: <uuid>)`) and one per
+/// MIG instance under it (`  MIG <profile> Device <i>: (UUID: MIG-…)`).
+pub fn parse_smi_list(text: &str) -> Vec<DeviceIdentity> {
+    let mut out: Vec<DeviceIdentity> = Vec::new();
+    let mut card: Option<DeviceIdentity> = None;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("GPU ")
+            && let Some((ordinal, rest)) = rest.split_once(": ")
+            && all_digits(ordinal)
+            && let Some((product, uuid)) = rest.rsplit_once(" (UUID: ")
+        {
+            let d = DeviceIdentity {
+                ordinal: ordinal.parse().ok(),
+                uuid: Some(uuid.trim_end_matches(')').to_owned()),
+                product: product.trim().to_owned(),
+                ..DeviceIdentity::default()
+            };
+            card = Some(d.clone());
+            out.push(d);
+            continue;
+        }
+        let trimmed = line.trim_start();
+        if trimmed.len() < line.len()
+            && let Some(rest) = trimmed.strip_prefix("MIG ")
+            && let Some((profile, rest)) = rest.split_once(char::is_whitespace)
+            && let Some((_, uuid)) = rest.split_once("(UUID: ")
+            && uuid.starts_with("MIG-")
+            && let Some(card) = &card
+        {
+            out.push(DeviceIdentity {
+                mig_uuid: Some(uuid.trim_end_matches(')').to_owned()),
+                mig_profile: Some(profile.to_owned()),
+                ..card.clone()
+            });
+        }
+    }
+    out
+}
+
+fn all_digits(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The entries of a `CUDA_VISIBLE_DEVICES` value: `None` when unset; `""` hides everything.
+pub fn mask_entries(value: Option<&str>) -> Option<Vec<String>> {
+    value.map(|v| {
+        v.split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
+            .collect()
+    })
+}
+
+/// The devices a mask exposes, in mask order, as the CUDA runtime resolves it (GPU-2): an
+/// all-digit entry is a physical ordinal, `MIG-…` a MIG UUID, anything else a card UUID (a
+/// unique prefix suffices); the list ends at the first entry that names no device or is of
+/// the other form than the first; a device named twice invalidates the whole mask. Unset
+/// exposes every card, never MIG instances.
+pub fn apply_mask(devices: &[DeviceIdentity], mask: Option<&[String]>) -> Vec<DeviceIdentity> {
+    let cards: Vec<&DeviceIdentity> = devices.iter().filter(|d| d.mig_uuid.is_none()).collect();
+    let Some(mask) = mask else {
+        return cards.into_iter().cloned().collect();
+    };
+    let mut out: Vec<DeviceIdentity> = Vec::new();
+    let mut form: Option<bool> = None;
+    for entry in mask {
+        let is_ordinal = all_digits(entry);
+        if *form.get_or_insert(is_ordinal) != is_ordinal {
+            break;
+        }
+        let matches: Vec<&DeviceIdentity> = if is_ordinal {
+            let o = entry.parse::<i64>().ok();
+            cards
+                .iter()
+                .copied()
+                .filter(|d| d.ordinal.is_some() && d.ordinal == o)
+                .collect()
+        } else if entry.starts_with("MIG-") {
+            devices
+                .iter()
+                .filter(|d| {
+                    d.mig_uuid
+                        .as_deref()
+                        .is_some_and(|u| u.starts_with(entry.as_str()))
+                })
+                .collect()
+        } else {
+            cards
+                .iter()
+                .copied()
+                .filter(|d| {
+                    d.uuid
+                        .as_deref()
+                        .is_some_and(|u| u.starts_with(entry.as_str()))
+                })
+                .collect()
+        };
+        let [one] = matches.as_slice() else {
+            break;
+        };
+        if out.contains(one) {
+            return Vec::new();
+        }
+        out.push((*one).clone());
+    }
+    out
+}
+
+/// `nvidia-smi topo -p2p r` as `(i, j) → status` (GPU-4).
+pub fn parse_p2p_matrix(text: &str) -> BTreeMap<(i64, usize), String> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        let Some(rest) = trimmed.strip_prefix("GPU") else {
+            continue;
+        };
+        let Some((i, cells)) = rest.split_once('\t') else {
+            continue;
+        };
+        if !all_digits(i) {
+            continue;
+        }
+        let Ok(i) = i.parse::<i64>() else { continue };
+        for (j, cell) in cells.split('\t').map(str::trim).enumerate() {
+            if !cell.is_empty() {
+                out.insert((i, j), cell.to_owned());
+            }
+        }
+    }
+    out
+}
+
+/// Where the delivered devices came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrantSource {
+    /// A launcher-recorded grant with host `observed`.
+    Grant,
+    /// `nvidia-smi` through the mask.
+    Enumeration,
+    /// Neither answered.
+    Unobserved,
+}
+
+impl GrantSource {
+    /// The report's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GrantSource::Grant => "grant",
+            GrantSource::Enumeration => "enumeration",
+            GrantSource::Unobserved => "unobserved",
+        }
+    }
+}
+
+/// GPU-2: what this worker really has. Never an error; [`verify_grant`] decides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GrantReport {
+    /// The node's `gpu_count`.
+    pub requested: i64,
+    /// The usable devices, in CUDA index order.
+    pub delivered: Vec<DeviceIdentity>,
+    /// Where they came from.
+    pub source: GrantSource,
+    /// `gpu`, `cpu` (fallback taken) or `unknown`.
+    pub execution: &'static str,
+    /// Exclusive devices promised by the launcher.
+    pub exclusive: bool,
+    /// `CUDA_VISIBLE_DEVICES` as inherited.
+    pub mask: Option<String>,
+    /// `None` when not checked; Known(bool) or Unknown once checked.
+    pub peer_access: Option<Observation<bool>>,
+    /// Every shortfall, in words.
+    pub problems: Vec<String>,
+    /// What the decision rested on.
+    pub evidence: BTreeMap<String, String>,
+}
+
+impl GrantReport {
+    /// `to_dict` (GPU-2), logged as one JSON line.
+    pub fn to_json(&self) -> Json {
+        json!({
+            "requested": self.requested,
+            "delivered": self.delivered.iter().map(DeviceIdentity::id).collect::<Vec<_>>(),
+            "source": self.source.as_str(),
+            "execution": self.execution,
+            "exclusive": self.exclusive,
+            "mask": self.mask,
+            "peer_access": match &self.peer_access {
+                None => Json::Null,
+                Some(Observation::Known(b)) => Json::Bool(*b),
+                Some(Observation::Unknown { .. }) => Json::from("unknown"),
+            },
+            "problems": self.problems,
+            "evidence": self.evidence,
+        })
+    }
+}
+
+/// GPU-2: the report from the grant (when observed), else enumeration, else unobserved.
+pub fn report(
+    requested: i64,
+    mask: Option<&str>,
+    grant: Option<&DeliveredGrant>,
+    probe: &dyn GpuProbe,
+) -> GrantReport {
+    let mut evidence = BTreeMap::new();
+    let (delivered, source, exclusive) = match grant {
+        Some(g) if g.host == "observed" => {
+            evidence.insert("policy".to_owned(), g.policy.clone());
+            (g.devices.clone(), GrantSource::Grant, g.exclusive)
+        }
+        _ => match probe.host_devices() {
+            Observation::Unknown { reason, detail } => {
+                evidence.insert("enumeration".to_owned(), format!("{reason}: {detail}"));
+                if let Some(g) = grant {
+                    evidence.insert("policy".to_owned(), g.policy.clone());
+                }
+                return GrantReport {
+                    requested,
+                    delivered: Vec::new(),
+                    source: GrantSource::Unobserved,
+                    execution: "unknown",
+                    exclusive: false,
+                    mask: mask.map(str::to_owned),
+                    peer_access: None,
+                    problems: vec![format!(
+                        "the GPU namespace could not be enumerated ({reason}: {detail})"
+                    )],
+                    evidence,
+                };
+            }
+            Observation::Known(host) => {
+                let entries = mask_entries(mask);
+                (
+                    apply_mask(&host, entries.as_deref()),
+                    GrantSource::Enumeration,
+                    false,
+                )
+            }
+        },
+    };
+    let mut problems = Vec::new();
+    let m = i64::try_from(delivered.len()).unwrap_or(i64::MAX);
+    if m < requested {
+        let ids = if delivered.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({})",
+                delivered
+                    .iter()
+                    .map(DeviceIdentity::id)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        problems.push(format!(
+            "requested {requested} device(s), delivered {m}{ids}"
+        ));
+    }
+    GrantReport {
+        requested,
+        execution: if delivered.is_empty() { "cpu" } else { "gpu" },
+        delivered,
+        source,
+        exclusive,
+        mask: mask.map(str::to_owned),
+        peer_access: None,
+        problems,
+        evidence,
+    }
+}
+
+fn py_opt_str(v: Option<&str>) -> String {
+    v.map_or_else(|| "None".to_owned(), py_repr_str)
+}
+
+/// GPU-4: whether every ordered pair of distinct delivered devices reads `OK`.
+pub fn peer_access(devices: &[DeviceIdentity], probe: &dyn GpuProbe) -> Observation<bool> {
+    if devices
+        .iter()
+        .any(|d| d.ordinal.is_none() || d.mig_uuid.is_some())
+    {
+        return Observation::unknown(
+            "malformed",
+            "peer access needs whole physical devices with host ordinals",
+        );
+    }
+    let text = match probe.p2p_matrix() {
+        Observation::Known(t) => t,
+        Observation::Unknown { reason, detail } => return Observation::Unknown { reason, detail },
+    };
+    let matrix = parse_p2p_matrix(&text);
+    if matrix.is_empty() {
+        return Observation::unknown("malformed", "nvidia-smi topo -p2p r printed no matrix");
+    }
+    let ordinals: Vec<i64> = devices.iter().filter_map(|d| d.ordinal).collect();
+    for a in &ordinals {
+        for b in &ordinals {
+            let ok = a == b
+                || usize::try_from(*b)
+                    .ok()
+                    .and_then(|j| matrix.get(&(*a, j)))
+                    .is_some_and(|s| s == "OK");
+            if !ok {
+                return Observation::Known(false);
+            }
+        }
+    }
+    Observation::Known(true)
+}
+
+/// GPU-3/4: the decision before opening a GPU node. ResourceUnavailable (exit 3, with a
+/// remedy) when a hard requirement (`none`) meets a short, empty or unobservable grant, or
+/// required peer access cannot be verified true.
+pub fn verify_grant(
+    node: &str,
+    requested: i64,
+    fallback: GpuFallback,
+    requires_peer_access: bool,
+    mask: Option<&str>,
+    grant: Option<&DeliveredGrant>,
+    probe: &dyn GpuProbe,
+) -> Result<GrantReport, VfError> {
+    let mut r = report(requested, mask, grant, probe);
+    let problems = r.problems.join("; ");
+    if r.source == GrantSource::Unobserved {
+        if fallback == GpuFallback::None {
+            return Err(VfError::new(
+                ErrorCode::ResourceUnavailable,
+                format!("Node {node} requires {requested} GPU(s) but its grant cannot be verified: {problems}."),
+            )
+            .with_remedy("Run the node in an image with the NVIDIA driver utilities (nvidia-smi), or declare gpu_fallback = 'cpu' if the node can run without its devices."));
+        }
+        tracing::warn!(
+            "node {node}: {problems} — opening it anyway (gpu_fallback='cpu'); execution is unknown, not a confirmed CPU run"
+        );
+        return Ok(r);
+    }
+    if !r.problems.is_empty() {
+        if fallback == GpuFallback::None {
+            return Err(VfError::new(
+                ErrorCode::ResourceUnavailable,
+                format!(
+                    "Node {node} requires {requested} GPU(s); {problems} (mask {}, source {}).",
+                    py_opt_str(r.mask.as_deref()),
+                    r.source.as_str()
+                ),
+            )
+            .with_remedy("Grant the node its devices (gpu_count on Kubernetes, --gpu-policy strict locally), or declare gpu_fallback = 'cpu' if it can run short."));
+        }
+        tracing::warn!(
+            "node {node}: {problems}; running with execution={} (declared gpu_fallback='cpu')",
+            r.execution
+        );
+    }
+    if requires_peer_access && requested > 1 && r.problems.is_empty() {
+        let peer = peer_access(&r.delivered, probe);
+        r.peer_access = Some(peer.clone());
+        match peer {
+            Observation::Unknown { reason, detail } => {
+                return Err(VfError::new(
+                    ErrorCode::ResourceUnavailable,
+                    format!("Node {node} requires peer access between its {requested} devices, which could not be verified ({reason}: {detail})."),
+                )
+                .with_remedy("Run the node where nvidia-smi can report the P2P topology, or drop requires_peer_access."));
+            }
+            Observation::Known(false) => {
+                let ids: Vec<String> = r
+                    .delivered
+                    .iter()
+                    .map(|d| match (&d.uuid, d.ordinal) {
+                        (Some(u), _) => py_repr_str(u),
+                        (None, Some(o)) => o.to_string(),
+                        (None, None) => "None".to_owned(),
+                    })
+                    .collect();
+                return Err(VfError::new(
+                    ErrorCode::ResourceUnavailable,
+                    format!("Node {node} requires peer access between its devices, and the delivered pair [{}] has none (nvidia-smi topo -p2p r).", ids.join(", ")),
+                )
+                .with_remedy("Schedule the node on devices with NVLink/PCIe peer access (a topology constraint), or drop requires_peer_access if the component can run without it."));
+            }
+            Observation::Known(true) => {}
+        }
+    }
+    Ok(r)
+}
+
+/// The worker's entry point (START-1 step 6): nothing unless the node is a processor with
+/// device type `gpu`; else [`verify_grant`] with the node's declarations, the grant and
+/// `CUDA_VISIBLE_DEVICES` from `vars`, and the report logged as one JSON line.
+pub fn check_node(
+    node: &str,
+    is_processor: bool,
+    device: &DeviceConfig,
+    cuda_visible_devices: Option<&str>,
+    probe: &dyn GpuProbe,
+) -> Result<Option<GrantReport>, VfError> {
+    if !is_processor || device.device_type != DeviceType::Gpu {
+        return Ok(None);
+    }
+    let grant = match device.gpu_grant_json.as_deref().filter(|g| !g.is_empty()) {
+        Some(raw) => Some(DeliveredGrant::parse(raw)?),
+        None => None,
+    };
+    let report = verify_grant(
+        node,
+        device.gpu_count,
+        device.gpu_fallback.unwrap_or(GpuFallback::Cpu),
+        device.requires_peer_access,
+        cuda_visible_devices,
+        grant.as_ref(),
+        probe,
+    )?;
+    tracing::info!("node {node} GPU grant: {}", report.to_json());
+    Ok(Some(report))
+}

@@ -1,0 +1,171 @@
+//! The runtime guards wired into START-1: the GPU and asset checks (step 6), the health
+//! server (step 9) and the progress deadline with its watchdog (step 10).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use videoflow_core::errors::{ErrorCode, VfError};
+use videoflow_core::scaling::Observation;
+
+use crate::broker::{BoundDurable, Broker};
+use crate::config::WorkerConfig;
+use crate::gpu::{self, NvidiaSmi};
+use crate::health::{self, HealthServer};
+use crate::supervision::{
+    PendingProbe, ProgressDeadline, ProgressWatchdog, exit_process, monotonic_clock,
+};
+
+/// Bound on one pending-work read from the deadline (the watchdog must never wait forever).
+const PENDING_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// START-1 step 6: the GPU grant check (processors with `VF_DEVICE_TYPE=gpu`), then the
+/// asset check, both off the async runtime (they run `nvidia-smi` and hash files).
+pub(crate) async fn device_checks(
+    cfg: &Arc<WorkerConfig>,
+    vars: &BTreeMap<String, String>,
+    is_processor: bool,
+) -> Result<(), VfError> {
+    let cfg = cfg.clone();
+    let mask = vars.get("CUDA_VISIBLE_DEVICES").cloned();
+    let path = vars.get("PATH").map(std::ffi::OsString::from);
+    tokio::task::spawn_blocking(move || {
+        let probe = NvidiaSmi {
+            path,
+            ..NvidiaSmi::default()
+        };
+        gpu::check_node(
+            &cfg.node_name,
+            is_processor,
+            &cfg.device,
+            mask.as_deref(),
+            &probe,
+        )?;
+        crate::assets::verify_assets(
+            &cfg.node_name,
+            &crate::assets::hostname(),
+            &cfg.device.assets,
+        )?;
+        Ok(())
+    })
+    .await
+    .map_err(|e| VfError::new(ErrorCode::Unknown, format!("device checks: {e}")))?
+}
+
+/// START-1 step 9: the health server when `VF_HEALTH_PORT > 0`; readiness also requires the
+/// broker connection to be up.
+pub(crate) async fn start_health(
+    cfg: &WorkerConfig,
+    broker: &Broker,
+) -> Result<Option<HealthServer>, VfError> {
+    let Some(state) = health::global() else {
+        return Ok(None);
+    };
+    let client = broker.client().clone();
+    state.set_broker_probe(move || {
+        client.connection_state() == async_nats::connection::State::Connected
+    });
+    if cfg.health_port <= 0 {
+        return Ok(None);
+    }
+    let port = u16::try_from(cfg.health_port).map_err(|_| {
+        VfError::new(
+            ErrorCode::Config,
+            format!("VF_HEALTH_PORT={} is not a TCP port.", cfg.health_port),
+        )
+        .with_remedy("Use a port between 1 and 65535, or 0 to disable the health server.")
+    })?;
+    health::serve(state.clone(), port).await.map(Some)
+}
+
+/// START-1 step 10 for a non-producer: the progress deadline over the parents' durables and,
+/// with a positive interval and timeout, its watchdog (SUP-1/2). The watchdog is started
+/// only once `open()` returned ([`Supervision::opened`]).
+pub(crate) struct Supervision {
+    pub(crate) deadline: Arc<ProgressDeadline>,
+    watchdog: Option<ProgressWatchdog>,
+}
+
+impl Supervision {
+    pub(crate) fn new(
+        cfg: &WorkerConfig,
+        broker: &Broker,
+        durables: &[BoundDurable],
+    ) -> Result<Self, VfError> {
+        let deadline = Arc::new(ProgressDeadline::new(
+            &cfg.node_name,
+            cfg.progress_timeout_seconds,
+            pending_probe(broker.clone(), durables.to_vec()),
+            monotonic_clock(),
+        ));
+        let watchdog = if cfg.watchdog_interval_seconds > 0.0 && cfg.progress_timeout_seconds > 0.0
+        {
+            Some(ProgressWatchdog::new(
+                deadline.clone(),
+                cfg.watchdog_interval_seconds,
+                exit_process(cfg.termination_log.clone()),
+                &cfg.node_name,
+            )?)
+        } else {
+            None
+        };
+        Ok(Supervision { deadline, watchdog })
+    }
+
+    /// `open()` returned: reset the silence clock, start the watchdog (LOOP-1).
+    pub(crate) fn opened(&mut self) -> Result<(), VfError> {
+        self.deadline.record_progress();
+        if let Some(w) = &mut self.watchdog {
+            w.start()?;
+        }
+        Ok(())
+    }
+
+    /// Before `close()`: stop the watchdog (LOOP-1).
+    pub(crate) fn closing(&mut self) {
+        if let Some(w) = &mut self.watchdog {
+            w.stop();
+        }
+    }
+
+    /// The loop's own check after each group; the probe blocks, so off the runtime.
+    pub(crate) fn check(&self) -> Result<(), VfError> {
+        tokio::task::block_in_place(|| self.deadline.check())
+    }
+}
+
+/// Σ over parents of `num_pending + num_ack_pending` (which includes every delivery held
+/// locally: fetched and unacked is ack-pending). Runs on the async runtime but is awaited
+/// from a plain thread with a bound, so a wedged runtime reads as Unknown, not as a hang.
+fn pending_probe(broker: Broker, durables: Vec<BoundDurable>) -> PendingProbe {
+    let handle = tokio::runtime::Handle::current();
+    Arc::new(move || {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (b, ds) = (broker.clone(), durables.clone());
+        handle.spawn(async move {
+            let mut total: i64 = 0;
+            for d in &ds {
+                match d.observe(&b).await {
+                    Observation::Known(c) => {
+                        let n = c.num_pending.saturating_add(c.num_ack_pending);
+                        total = total.saturating_add(i64::try_from(n).unwrap_or(i64::MAX));
+                    }
+                    Observation::Unknown { reason, detail } => {
+                        let _ = tx.send(Observation::Unknown { reason, detail });
+                        return;
+                    }
+                }
+            }
+            let _ = tx.send(Observation::Known(total));
+        });
+        rx.recv_timeout(PENDING_READ_TIMEOUT).unwrap_or_else(|_| {
+            Observation::unknown(
+                "timeout",
+                format!(
+                    "the pending-work query did not answer within {}s",
+                    PENDING_READ_TIMEOUT.as_secs()
+                ),
+            )
+        })
+    })
+}

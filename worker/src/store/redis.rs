@@ -1,0 +1,382 @@
+//! `redis://` / `rediss://` (STORE-5/6): the ledger shared across hosts.
+//!
+//! Every key is the hash `vfrt:<key>` with fields `value` and `version`; every mutation is
+//! WATCH → HGETALL → compare → MULTI → HSET/DEL → EXEC on that one key (no Lua, no
+//! cross-slot commands). A version mismatch answers `false` at once; a WATCH conflict (someone
+//! touched the key between our read and our EXEC) is retried up to
+//! [`TRANSACTION_RETRIES`] times with a short random sleep, then answers `false`.
+//!
+//! WATCH state belongs to a connection, so this store keeps one connection behind an async
+//! mutex and holds it for the whole transaction: nothing else of this process can slip a
+//! command between WATCH and EXEC.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, RedisError};
+use tokio::sync::Mutex;
+use videoflow_core::errors::{ErrorCode, VfError};
+use videoflow_core::partition::py_repr_str;
+use videoflow_core::scaling::Observation;
+
+use super::{ScanRow, Versioned, unreachable};
+
+/// Key prefix on the server, so the ledger never collides with a payload store sharing it.
+pub const KEY_PREFIX: &str = "vfrt:";
+/// WATCH conflicts retried before `cas`/`delete` answer `false` (STORE-5).
+pub const TRANSACTION_RETRIES: u32 = 8;
+/// Bound on connecting and on each reply.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The Redis runtime store. Clones share the connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    client: redis::Client,
+    conn: Arc<Mutex<Option<MultiplexedConnection>>>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Backslash-escapes SCAN's glob characters (`*`, `?`, `[`) and the backslash itself.
+fn escape_glob(prefix: &str) -> String {
+    let mut out = String::with_capacity(prefix.len());
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn open_client(url: &str) -> Result<redis::Client, VfError> {
+    redis::Client::open(url).map_err(|e| {
+        VfError::new(
+            ErrorCode::Config,
+            format!("Runtime store URL {} is not usable: {e}", py_repr_str(url)),
+        )
+        .with_remedy("Use redis://host:6379/0 (rediss:// needs a build with TLS support).")
+    })
+}
+
+async fn connect(
+    client: &redis::Client,
+    timeout: Duration,
+) -> Result<MultiplexedConnection, RedisError> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
+impl RedisStore {
+    /// Parses the URL; no I/O (the first operation connects).
+    ///
+    /// # Errors
+    /// `VF_CONFIG` for a malformed URL.
+    pub fn open(url: &str) -> Result<Self, VfError> {
+        Ok(RedisStore {
+            client: open_client(url)?,
+            conn: Arc::new(Mutex::new(None)),
+            timeout: DEFAULT_TIMEOUT,
+        })
+    }
+
+    /// Replaces the connect/reply bound.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Runs `work` on the store's connection, holding it exclusively; a transport failure
+    /// drops the cached connection so the next call reconnects.
+    async fn with_conn<T>(
+        &self,
+        verb: &str,
+        key: &str,
+        work: impl AsyncFnOnce(&mut MultiplexedConnection) -> Result<T, RedisError>,
+    ) -> Result<T, VfError> {
+        let mut slot = self.conn.lock().await;
+        if slot.is_none() {
+            *slot = Some(
+                connect(&self.client, self.timeout)
+                    .await
+                    .map_err(|e| unreachable(verb, key, e))?,
+            );
+        }
+        let Some(conn) = slot.as_mut() else {
+            return Err(unreachable(verb, key, "no connection"));
+        };
+        match work(conn).await {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                if is_transport(&e) {
+                    *slot = None;
+                    Err(unreachable(verb, key, e))
+                } else {
+                    Err(VfError::new(
+                        ErrorCode::Transient,
+                        format!("runtime store refused {verb} '{key}': {e}"),
+                    )
+                    .with_remedy("Check the Redis behind VF_RUNTIME_STORE_URL."))
+                }
+            }
+        }
+    }
+
+    /// STORE-1 `get`.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when Redis cannot be read.
+    pub async fn get(&self, key: &str) -> Result<Option<Versioned>, VfError> {
+        let k = format!("{KEY_PREFIX}{key}");
+        self.with_conn("reading", key, async move |c| {
+            let h: HashMap<String, Vec<u8>> = redis::cmd("HGETALL").arg(&k).query_async(c).await?;
+            Ok(versioned(h))
+        })
+        .await
+    }
+
+    /// STORE-1 `cas` (WATCH/MULTI/EXEC, bounded retries).
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when Redis cannot be written.
+    pub async fn cas(
+        &self,
+        key: &str,
+        expected: Option<&str>,
+        value: &[u8],
+    ) -> Result<bool, VfError> {
+        self.transaction("writing", key, expected, Some(value))
+            .await
+    }
+
+    /// STORE-1 `delete` (WATCH/MULTI/EXEC, bounded retries).
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when Redis cannot be written.
+    pub async fn delete(&self, key: &str, expected: Option<&str>) -> Result<bool, VfError> {
+        self.transaction("deleting", key, expected, None).await
+    }
+
+    async fn transaction(
+        &self,
+        verb: &str,
+        key: &str,
+        expected: Option<&str>,
+        value: Option<&[u8]>,
+    ) -> Result<bool, VfError> {
+        let k = format!("{KEY_PREFIX}{key}");
+        for attempt in 0..TRANSACTION_RETRIES {
+            let done = self
+                .with_conn(verb, key, async |c| {
+                    redis::cmd("WATCH").arg(&k).query_async::<()>(c).await?;
+                    let h: HashMap<String, Vec<u8>> =
+                        redis::cmd("HGETALL").arg(&k).query_async(c).await?;
+                    let current = versioned(h);
+                    let matches = match (&current, expected) {
+                        (None, None) => true,
+                        (Some(cur), Some(e)) => cur.version == e,
+                        // Delete without an expected version is unconditional.
+                        (Some(_), None) => value.is_none(),
+                        (None, Some(_)) => false,
+                    };
+                    if !matches || (current.is_none() && value.is_none()) {
+                        redis::cmd("UNWATCH").query_async::<()>(c).await?;
+                        // A missing key deletes "successfully" iff nothing was expected.
+                        return Ok(Some(
+                            current.is_none() && value.is_none() && expected.is_none(),
+                        ));
+                    }
+                    let mut pipe = redis::pipe();
+                    pipe.atomic();
+                    match value {
+                        Some(v) => {
+                            let next = current
+                                .and_then(|c| c.version.parse::<u64>().ok())
+                                .map_or(1, |n| n + 1);
+                            pipe.cmd("HSET")
+                                .arg(&k)
+                                .arg("value")
+                                .arg(v)
+                                .arg("version")
+                                .arg(next.to_string())
+                                .ignore();
+                        }
+                        None => {
+                            pipe.cmd("DEL").arg(&k).ignore();
+                        }
+                    }
+                    let exec: Option<redis::Value> = pipe.query_async(c).await?;
+                    Ok(exec.map(|_| true))
+                })
+                .await?;
+            if let Some(outcome) = done {
+                return Ok(outcome);
+            }
+            // WATCH conflict: sleep U(0, 2 ms) × (attempt + 1), then retry.
+            let jitter = u64::from(uuid::Uuid::new_v4().as_bytes()[0]) * 2_000 / 255;
+            tokio::time::sleep(Duration::from_micros(jitter * u64::from(attempt + 1))).await;
+        }
+        Ok(false)
+    }
+
+    /// STORE-1 `append` (RPUSH on `vfrt:log:<log>`).
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when Redis cannot be written.
+    pub async fn append(&self, log: &str, record: &[u8]) -> Result<u64, VfError> {
+        let k = format!("{KEY_PREFIX}log:{log}");
+        self.with_conn("appending to", log, async move |c| {
+            redis::cmd("RPUSH").arg(&k).arg(record).query_async(c).await
+        })
+        .await
+    }
+
+    /// STORE-1 `log_entries` (LRANGE 0 -1).
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when Redis cannot be read.
+    pub async fn log_entries(&self, log: &str) -> Result<Vec<Vec<u8>>, VfError> {
+        let k = format!("{KEY_PREFIX}log:{log}");
+        self.with_conn("reading", log, async move |c| {
+            redis::cmd("LRANGE")
+                .arg(&k)
+                .arg(0)
+                .arg(-1)
+                .query_async(c)
+                .await
+        })
+        .await
+    }
+
+    /// STORE-1 `scan` (SCAN MATCH `vfrt:<escaped prefix>*` COUNT 500, then HGETALL each).
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when Redis cannot be read.
+    pub async fn scan(&self, prefix: &str) -> Result<Vec<ScanRow>, VfError> {
+        let pattern = format!("{KEY_PREFIX}{}*", escape_glob(prefix));
+        let log_prefix = format!("{KEY_PREFIX}log:");
+        self.with_conn("scanning", prefix, async move |c| {
+            let mut cursor: u64 = 0;
+            let mut keys = Vec::new();
+            loop {
+                let (next, page): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(500)
+                    .query_async(c)
+                    .await?;
+                keys.extend(page);
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+            keys.sort();
+            keys.dedup();
+            let mut rows = Vec::new();
+            for k in keys {
+                if k.starts_with(&log_prefix) && !prefix.starts_with("log:") {
+                    continue; // logs are lists, not documents
+                }
+                let h: HashMap<String, Vec<u8>> =
+                    redis::cmd("HGETALL").arg(&k).query_async(c).await?;
+                if let Some(v) = versioned(h) {
+                    rows.push((k[KEY_PREFIX.len()..].to_owned(), v.value, v.version));
+                }
+            }
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// STORE-6: the durability read back over this store's connection.
+    pub async fn durability(&self) -> Observation<bool> {
+        observe_durability(&self.client, self.timeout).await
+    }
+}
+
+fn versioned(mut h: HashMap<String, Vec<u8>>) -> Option<Versioned> {
+    let value = h.remove("value")?;
+    let version = String::from_utf8_lossy(&h.remove("version")?).into_owned();
+    Some(Versioned { value, version })
+}
+
+fn is_transport(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.to_string().contains("LOADING")
+}
+
+/// STORE-6 for any Redis URL (the runtime store, the blob store): CONFIG GET `appendonly`,
+/// `save`, `maxmemory-policy`. Durable `Known(true)` iff persistence is on (`appendonly yes`
+/// or a non-empty `save`) and the policy is `noeviction`; CONFIG refused ⇒ Unknown(`auth`);
+/// unreachable ⇒ Unknown(`unreachable`); no answer within `timeout` ⇒ Unknown(`timeout`).
+/// A malformed URL is Unknown(`config`).
+pub async fn redis_durability(url: &str, timeout: Duration) -> Observation<bool> {
+    match redis::Client::open(url) {
+        Ok(client) => observe_durability(&client, timeout).await,
+        Err(e) => Observation::unknown("config", format!("{url}: {e}")),
+    }
+}
+
+async fn observe_durability(client: &redis::Client, timeout: Duration) -> Observation<bool> {
+    let read = async {
+        let mut c = connect(client, timeout).await?;
+        let mut get = async |name: &str| -> Result<String, RedisError> {
+            let pairs: HashMap<String, String> = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg(name)
+                .query_async(&mut c)
+                .await?;
+            Ok(pairs
+                .get(name)
+                .map(|v| v.trim().to_owned())
+                .unwrap_or_default())
+        };
+        let appendonly = get("appendonly").await?;
+        let save = get("save").await?;
+        let policy = get("maxmemory-policy").await?;
+        Ok::<_, RedisError>((appendonly, save, policy))
+    };
+    match tokio::time::timeout(timeout + Duration::from_millis(500), read).await {
+        Err(_) => Observation::unknown(
+            "timeout",
+            format!("no answer within {} s", timeout.as_secs_f64()),
+        ),
+        Ok(Err(e)) if e.is_timeout() => Observation::unknown("timeout", e.to_string()),
+        Ok(Err(e)) if is_transport(&e) => Observation::unknown("unreachable", e.to_string()),
+        Ok(Err(e)) => Observation::unknown("auth", format!("CONFIG GET refused: {e}")),
+        Ok(Ok((appendonly, save, policy))) => {
+            let persistent = appendonly.eq_ignore_ascii_case("yes") || !save.is_empty();
+            Observation::Known(persistent && policy == "noeviction")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_5_scan_pattern_escapes_glob_characters() {
+        assert_eq!(escape_glob("vf/f/r/n/a*b?[c]"), "vf/f/r/n/a\\*b\\?\\[c\\]");
+    }
+}

@@ -1,0 +1,439 @@
+//! `videoflow-worker provision` and `teardown` against a real nats-server and redis-server
+//! (issue #5 "Done when"; STREAM-7/9/14, ADM-1/2, STORE-6, §15.3).
+
+use std::collections::BTreeMap;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use videoflow_core::compile::{CompiledFlow, compile};
+use videoflow_core::load::parse_flow;
+use videoflow_core::naming;
+use videoflow_testkit::{NatsServer, RedisServer};
+
+const BIN: &str = env!("CARGO_BIN_EXE_videoflow-worker");
+
+/// A BATCH flow with a competing processor (2 replicas), a partitioned join (2 replicas) and
+/// a sink: shared and per-replica durables, anchors, the DLQ.
+fn flow(kind: &str, name: &str) -> CompiledFlow {
+    let yaml = format!(
+        r#"
+apiVersion: videoflow.io/v1alpha1
+kind: Flow
+metadata: {{name: {name}}}
+spec:
+  type: {kind}
+  runId: r1
+  nodes:
+  - name: numbers
+    kind: producer
+    component: {{builtin: videoflow.producers.basic.IntProducer}}
+    params: {{start_value: 0, end_value: 3}}
+  - name: same
+    kind: processor
+    parents: [numbers]
+    replicas: 2
+    component: {{builtin: videoflow.processors.basic.IdentityProcessor}}
+  - name: pair
+    kind: processor
+    parents: [numbers, same]
+    replicas: 2
+    partitionBy: trace_id
+    component: {{builtin: videoflow.processors.basic.JoinerProcessor}}
+  - name: sink
+    kind: consumer
+    parents: [pair]
+    component: {{builtin: videoflow.consumers.basic.CommandlineConsumer}}
+"#
+    );
+    let doc = parse_flow(&yaml).expect("flow parses");
+    compile(&doc).expect("flow compiles")
+}
+
+/// Runs `videoflow-worker <sub>` with exactly `vars` (plus PATH) and returns its output.
+fn run(sub: &str, vars: &BTreeMap<String, String>) -> Output {
+    Command::new(BIN)
+        .arg(sub)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("VF_LOG", "warn")
+        .envs(vars)
+        .output()
+        .expect("run videoflow-worker")
+}
+
+fn job_env(flow: &CompiledFlow, url: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("VF_FLOW_SPECS_JSON".to_owned(), flow.specs_json()),
+        ("VF_FLOW_ID".to_owned(), flow.flow_id.clone()),
+        ("VF_RUN_ID".to_owned(), flow.run_id.clone()),
+        (
+            "VF_FLOW_TYPE".to_owned(),
+            flow.flow_type.as_str().to_owned(),
+        ),
+        ("VF_NATS_URL".to_owned(), url.to_owned()),
+        ("VF_ADMISSION_TIMEOUT_SECONDS".to_owned(), "10".to_owned()),
+    ])
+}
+
+/// A port nothing listens on (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Every stream (name → metadata) and every consumer (`stream/durable` → metadata).
+type Inventory = (
+    BTreeMap<String, std::collections::HashMap<String, String>>,
+    BTreeMap<String, std::collections::HashMap<String, String>>,
+);
+
+fn inventory(url: &str) -> Inventory {
+    rt().block_on(async {
+        let client = async_nats::connect(url).await.expect("connect");
+        let js = async_nats::jetstream::new(client);
+        let mut streams = BTreeMap::new();
+        let mut consumers = BTreeMap::new();
+        let mut list = js.streams();
+        while let Some(info) = list.next().await {
+            let info = info.expect("stream info");
+            let name = info.config.name.clone();
+            let stream = js.get_stream_no_info(&name).await.expect("stream");
+            let mut cs = stream.consumers();
+            while let Some(c) = cs.next().await {
+                let c = c.expect("consumer info");
+                consumers.insert(format!("{name}/{}", c.name), c.config.metadata.clone());
+            }
+            streams.insert(name, info.config.metadata.clone());
+        }
+        (streams, consumers)
+    })
+}
+
+#[test]
+fn stream_7_14_provision_twice_is_a_noop_and_everything_carries_owner_metadata() {
+    let nats = NatsServer::start().expect("nats-server");
+    let flow = flow("batch", "prov");
+    let env = job_env(&flow, &nats.url());
+    let first = run("provision", &env);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let before = inventory(&nats.url());
+    let second = run("provision", &env);
+    assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
+    assert!(
+        stderr(&second).contains("(0 created or changed)"),
+        "second provisioning changed nothing: {}",
+        stderr(&second)
+    );
+    let after = inventory(&nats.url());
+    assert_eq!(before, after, "provisioning twice is a no-op");
+
+    let (streams, consumers) = after;
+    // 4 node streams + the DLQ.
+    assert_eq!(streams.len(), 5, "{streams:?}");
+    for (name, m) in &streams {
+        assert_eq!(
+            m.get(naming::LABEL_FLOW_ID).map(String::as_str),
+            Some("prov"),
+            "{name}"
+        );
+        if name == &naming::dlq_stream_name("prov") {
+            assert_eq!(m.get(naming::LABEL_KIND).map(String::as_str), Some("dlq"));
+            assert!(
+                !m.contains_key(naming::LABEL_RUN_ID),
+                "the DLQ has no run label"
+            );
+        } else {
+            assert_eq!(
+                m.get(naming::LABEL_RUN_ID).map(String::as_str),
+                Some("r1"),
+                "{name}"
+            );
+            assert_eq!(
+                m.get(naming::LABEL_KIND).map(String::as_str),
+                Some("stream")
+            );
+            assert!(m.contains_key(naming::LABEL_NODE));
+        }
+    }
+    // Anchors: numbers, same, pair. Durables: same←numbers (shared), pair←numbers and
+    // pair←same per replica (p0, p1), sink←pair.
+    let names: Vec<&str> = consumers
+        .keys()
+        .map(|k| k.split_once('/').map_or("", |(_, d)| d))
+        .collect();
+    for expected in [
+        "numbers--eos--anchor",
+        "same--eos--anchor",
+        "pair--eos--anchor",
+        "same--from--numbers",
+        "pair--from--numbers--p0",
+        "pair--from--numbers--p1",
+        "pair--from--same--p0",
+        "pair--from--same--p1",
+        "sink--from--pair",
+    ] {
+        assert!(names.contains(&expected), "{expected} in {names:?}");
+    }
+    assert_eq!(consumers.len(), 9, "{names:?}");
+    for (label, m) in &consumers {
+        assert_eq!(
+            m.get(naming::LABEL_FLOW_ID).map(String::as_str),
+            Some("prov"),
+            "{label}"
+        );
+        assert_eq!(
+            m.get(naming::LABEL_RUN_ID).map(String::as_str),
+            Some("r1"),
+            "{label}"
+        );
+        assert!(m.contains_key(naming::LABEL_NODE), "{label}");
+        let kind = m.get(naming::LABEL_KIND).map(String::as_str);
+        if label.ends_with("--anchor") {
+            assert_eq!(kind, Some("eos_anchor"), "{label}");
+        } else if label.ends_with("--p0") || label.ends_with("--p1") {
+            assert_eq!(kind, Some("partitioned_durable"), "{label}");
+        } else {
+            assert_eq!(kind, Some("durable"), "{label}");
+        }
+    }
+}
+
+#[test]
+fn adm_1_explicit_reliable_work_on_a_realtime_channel_exits_2_and_creates_nothing() {
+    let nats = NatsServer::start().expect("nats-server");
+    let flow = flow("realtime", "live");
+    let mut env = job_env(&flow, &nats.url());
+    env.insert(
+        "VF_PROFILE_REQUESTS_JSON".into(),
+        r#"[{"channel": "numbers", "profile": "reliable_work"}]"#.into(),
+    );
+    let out = run("provision", &env);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("ERROR [VF_INCOMPATIBLE_PROFILE]: The requested profiles contradict the streams this flow type provisions:"),
+        "{err}"
+    );
+    assert!(
+        err.contains("  - channel 'numbers' requests reliable_work, but a REALTIME flow provisions its streams as: retention: limits keeps messages by count, size or age, not until acknowledged; discard: old evicts unacknowledged messages when the stream is full"),
+        "{err}"
+    );
+    assert!(
+        err.contains("\n  Streams are shaped by the flow type: run the flow as BATCH"),
+        "the remedy line follows: {err}"
+    );
+    let (streams, consumers) = inventory(&nats.url());
+    assert!(
+        streams.is_empty() && consumers.is_empty(),
+        "nothing created: {streams:?}"
+    );
+}
+
+#[test]
+fn adm_2_broker_down_exits_3_within_the_timeout_naming_the_url() {
+    let port = free_port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let flow = flow("batch", "down");
+    let mut env = job_env(&flow, &url);
+    env.insert("VF_ADMISSION_TIMEOUT_SECONDS".into(), "2".into());
+    let started = Instant::now();
+    let out = run("provision", &env);
+    let took = started.elapsed();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        took < Duration::from_secs(10),
+        "bounded by the timeout: {took:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(1500),
+        "retried until the timeout: {took:?}"
+    );
+    assert!(err.contains("ERROR [VF_BROKER_UNAVAILABLE]"), "{err}");
+    assert!(err.contains(&url), "names the URL: {err}");
+}
+
+#[test]
+fn adm_2_store_6_config_denied_runtime_store_with_explicit_durable_request_exits_3() {
+    let nats = NatsServer::start().expect("nats-server");
+    let redis = RedisServer::start_with(&["--rename-command", "CONFIG", ""]).expect("redis");
+    let flow = flow("batch", "ledger");
+    let mut env = job_env(&flow, &nats.url());
+    env.insert("VF_RUNTIME_STORE_URL".into(), redis.url());
+    env.insert(
+        "VF_PROFILE_REQUESTS_JSON".into(),
+        r#"[{"channel": "numbers", "profile": "durable_control"}]"#.into(),
+    );
+    let out = run("provision", &env);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("ERROR [VF_STATE_UNKNOWN]: A requested guarantee depends on state that could not be observed:"),
+        "{err}"
+    );
+    assert!(
+        err.contains("channel 'numbers' requests durable_control: runtime store durability could not be observed (auth:"),
+        "names the reason: {err}"
+    );
+    let (streams, _) = inventory(&nats.url());
+    assert!(
+        streams.is_empty(),
+        "refused before creating anything: {streams:?}"
+    );
+}
+
+#[test]
+fn adm_1_batch_flow_with_an_evictable_blob_redis_is_refused_with_exit_2() {
+    let nats = NatsServer::start().expect("nats-server");
+    let redis = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]).expect("redis");
+    let flow = flow("batch", "evict");
+    let mut env = job_env(&flow, &nats.url());
+    env.insert("VF_BLOB_REDIS_URL".into(), redis.url());
+    let out = run("provision", &env);
+    let err = stderr(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "binding without explicit requests: {err}"
+    );
+    assert!(
+        err.contains("the redis payload store is evictable"),
+        "{err}"
+    );
+}
+
+#[test]
+fn adm_2_durable_payload_and_ledger_admit_explicit_durable_control() {
+    let nats = NatsServer::start().expect("nats-server");
+    let redis =
+        RedisServer::start_with(&["--appendonly", "yes", "--maxmemory-policy", "noeviction"])
+            .expect("redis");
+    let flow = flow("batch", "durable");
+    let mut env = job_env(&flow, &nats.url());
+    env.insert("VF_BLOB_REDIS_URL".into(), redis.url());
+    env.insert("VF_RUNTIME_STORE_URL".into(), redis.url());
+    env.insert(
+        "VF_PROFILE_REQUESTS_JSON".into(),
+        r#"[{"channel": "numbers", "profile": "durable_control"}, {"channel": "pair", "profile": "reliable_work"}]"#.into(),
+    );
+    let out = run("provision", &env);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn stream_9_14_teardown_deletes_only_this_runs_objects_and_keeps_the_dlq() {
+    let nats = NatsServer::start().expect("nats-server");
+    // Run `r1` and run `r1-x` of the same flow: names that a prefix would confuse.
+    let mine = flow("batch", "td");
+    let mut other = mine.clone();
+    other.run_id = "r1-x".into();
+    for f in [&mine, &other] {
+        let out = run("provision", &job_env(f, &nats.url()));
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let env = BTreeMap::from([
+        ("VF_NATS_URL".to_owned(), nats.url()),
+        ("VF_FLOW_ID".to_owned(), "td".to_owned()),
+        ("VF_RUN_ID".to_owned(), "r1".to_owned()),
+    ]);
+    let out = run("teardown", &env);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let (streams, consumers) = inventory(&nats.url());
+    for (name, m) in &streams {
+        assert_ne!(
+            m.get(naming::LABEL_RUN_ID).map(String::as_str),
+            Some("r1"),
+            "{name} left"
+        );
+    }
+    for (label, m) in &consumers {
+        assert_ne!(
+            m.get(naming::LABEL_RUN_ID).map(String::as_str),
+            Some("r1"),
+            "{label} left"
+        );
+    }
+    assert!(
+        streams.contains_key(&naming::dlq_stream_name("td")),
+        "the DLQ stays"
+    );
+    let others = streams
+        .values()
+        .filter(|m| m.get(naming::LABEL_RUN_ID).map(String::as_str) == Some("r1-x"))
+        .count();
+    assert_eq!(others, 4, "run r1-x is untouched: {streams:?}");
+    // Teardown again: nothing of the run left, still a complete cleanup.
+    let again = run("teardown", &env);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+}
+
+#[test]
+fn stream_14_teardown_against_a_dead_broker_is_exit_3_never_nothing_to_delete() {
+    let port = free_port();
+    let env = BTreeMap::from([
+        ("VF_NATS_URL".to_owned(), format!("nats://127.0.0.1:{port}")),
+        ("VF_FLOW_ID".to_owned(), "td".to_owned()),
+        ("VF_RUN_ID".to_owned(), "r1".to_owned()),
+        ("VF_ADMISSION_TIMEOUT_SECONDS".to_owned(), "1".to_owned()),
+    ]);
+    let out = run("teardown", &env);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+}
+
+/// STREAM-7: the job's durables (from `specs.json` + its own variables) are exactly the ones
+/// the Flow-document path derives — one implementation, two sources of configuration.
+#[test]
+fn stream_7_specs_path_and_document_path_derive_the_same_durables() {
+    let yaml = r#"
+apiVersion: videoflow.io/v1alpha1
+kind: Flow
+metadata: {name: same}
+spec:
+  type: batch
+  runId: r1
+  nodes:
+  - name: numbers
+    kind: producer
+    component: {builtin: videoflow.producers.basic.IntProducer}
+  - name: pair
+    kind: processor
+    parents: [numbers]
+    replicas: 3
+    partitionBy: trace_id
+    component: {builtin: videoflow.processors.basic.IdentityProcessor}
+  - name: sink
+    kind: consumer
+    parents: [pair]
+    delivery: best-effort
+    component: {builtin: videoflow.consumers.basic.CommandlineConsumer}
+"#;
+    let doc = parse_flow(yaml).expect("flow parses");
+    let flow = compile(&doc).expect("compiles");
+    let url = "nats://127.0.0.1:4222";
+    let job =
+        videoflow_worker::admission::JobConfig::from_env(&job_env(&flow, url)).expect("job env");
+    for spec in &flow.nodes {
+        let from_doc = videoflow_worker::provision::data_durables(spec, false, &|s, r| {
+            videoflow_worker::provision::node_config(&doc, &flow, &s.name, r, url)
+        })
+        .expect("doc path");
+        let from_specs =
+            videoflow_worker::provision::data_durables(spec, false, &|s, r| job.node_config(s, r))
+                .expect("specs path");
+        assert_eq!(from_doc, from_specs, "{}", spec.name);
+    }
+}
