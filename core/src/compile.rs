@@ -225,6 +225,20 @@ fn topological_order(nodes: &[NodeDecl]) -> Vec<usize> {
     order
 }
 
+/// The constructor parameters: the declared `params`, plus the node-level declarations the
+/// reference keeps among a node's params (`idempotent` for consumers, IDEM-1), so the worker
+/// of either runtime reads them from `VF_NODE_PARAMS_JSON`.
+fn node_params(n: &NodeDecl) -> Map<String, Json> {
+    let mut params = match &n.params {
+        Some(Json::Object(m)) => m.clone(),
+        _ => Map::new(),
+    };
+    if let Some(idempotent) = n.idempotent {
+        params.entry("idempotent").or_insert(Json::Bool(idempotent));
+    }
+    params
+}
+
 fn node_spec(n: &NodeDecl, spec: &FlowSpec) -> NodeSpec {
     let has_children = spec.nodes.iter().any(|c| c.parents.contains(&n.name));
     let is_processor = n.kind == NodeKind::Processor;
@@ -263,10 +277,7 @@ fn node_spec(n: &NodeDecl, spec: &FlowSpec) -> NodeSpec {
     NodeSpec {
         name: n.name.clone(),
         node_class,
-        params: match &n.params {
-            Some(Json::Object(m)) => m.clone(),
-            _ => Map::new(),
-        },
+        params: node_params(n),
         parents: n.parents.clone(),
         kind: n.kind.as_str().to_owned(),
         has_children,

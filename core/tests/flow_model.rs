@@ -387,6 +387,11 @@ fn compile_derives_the_reference_node_spec() {
         assert!(keys.contains(&k), "missing {k} in {keys:?}");
     }
     assert_eq!(json[0]["node_class"], "videoflow.producers.IntProducer");
+    // IDEM-1: the node-level `idempotent` travels in the params, as the reference keeps it.
+    assert_eq!(
+        sink.params.get("idempotent"),
+        Some(&serde_json::Value::Bool(true))
+    );
     assert_eq!(json[0]["params"]["end_value"], 99);
 }
 

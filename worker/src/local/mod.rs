@@ -37,6 +37,8 @@ use supervisor::Worker;
 const STOP_REPEAT: Duration = Duration::from_secs(2);
 /// How long a drain after Ctrl-C may take before the control stop is sent.
 const DRAIN_GRACE: Duration = Duration::from_secs(10);
+/// How long an ABORT gets to reach every node before the control stop (ABORT-6).
+const ABORT_GRACE: Duration = Duration::from_secs(10);
 /// How long workers get after the control stop before they are killed.
 const KILL_GRACE: Duration = Duration::from_secs(10);
 
@@ -285,6 +287,7 @@ async fn supervise(
 ) -> bool {
     let started = Instant::now();
     let mut pending_restarts: Vec<(usize, Instant)> = Vec::new();
+    // When the control stop starts (ABORT-6); may lie in the future to let an ABORT travel.
     let mut stopping_since: Option<Instant> = None;
     let mut last_stop = Instant::now() - STOP_REPEAT;
     let mut drain_since: Option<Instant> = None;
@@ -315,7 +318,17 @@ async fn supervise(
                             },
                         );
                         eprintln!("{} ended with exit {code}: {reason}", w.label());
-                        stopping_since.get_or_insert_with(Instant::now);
+                        // A poison death (and its casualties) announced itself with an ABORT
+                        // that drains downstream (ABORT-1a/5): give it time before the stop.
+                        let announced = w.record().is_some_and(|r| {
+                            r["disposition"] == "poison" || r["code"] == "VF_UPSTREAM_ABORTED"
+                        });
+                        let delay = if announced {
+                            ABORT_GRACE
+                        } else {
+                            Duration::ZERO
+                        };
+                        stopping_since.get_or_insert_with(|| Instant::now() + delay);
                     }
                 }
             }
@@ -365,7 +378,7 @@ async fn supervise(
             stopping_since = Some(now);
         }
         // ABORT-6 / CTRL-1: once stopping, repeat the control stop until every worker exited.
-        if let Some(since) = stopping_since {
+        if let Some(since) = stopping_since.filter(|since| *since <= now) {
             if now - last_stop >= STOP_REPEAT {
                 let _ = broker::send_control_stop(broker, flow_id, run_id).await;
                 last_stop = now;
