@@ -104,6 +104,11 @@ pub fn render_node_env(
             lit("VF_PROTOCOL_VERSION", v.to_string());
         }
     }
+    if let Some(argv) = spec.command.as_ref().filter(|c| !c.is_empty()) {
+        // Issue #10: the exec component's program and arguments, so a worker started without
+        // `exec -- <argv>` (the local runner) hosts the same program.
+        lit("VF_COMPONENT_COMMAND_JSON", json!(argv).to_string());
+    }
     if let Some(p) = &spec.partition_by {
         lit("VF_PARTITION_BY", p.clone());
     }
@@ -287,6 +292,10 @@ spec:
         assert_eq!(get(&env, "VF_ON_ERROR"), Some("poison"));
         assert_eq!(get(&env, "VF_COMPONENT_REF"), Some("python3"));
         assert_eq!(get(&env, "VF_PROTOCOL_VERSION"), Some("1"));
+        assert_eq!(
+            get(&env, "VF_COMPONENT_COMMAND_JSON"),
+            Some(r#"["python3","det.py"]"#)
+        );
         assert_eq!(get(&env, "VF_BLOB_READERS"), Some("1"));
         assert_eq!(get(&env, "VF_STREAM_REPLICAS"), Some("3"));
         assert_eq!(get(&env, "VF_BLOB_TTL_SECONDS"), Some("60"));

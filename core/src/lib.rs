@@ -19,8 +19,11 @@
 //! - [`join`] — join policies (JOIN-1/2/4/10) and time-group identity (JOIN-20/23).
 //! - [`scaling`] — pure scaling decisions (SCALE-*): demand, rate demand, capacity, eligibility.
 //! - [`errors`] — the error taxonomy (ERR-*): codes, exit codes, dispositions, rendering.
+//! - [`component`] — the component protocol exec nodes speak (design §5): schema, version
+//!   negotiation, value conversions, the descriptor set SDKs build their classes from.
 
 pub mod compile;
+pub mod component;
 pub mod env;
 pub mod envelope;
 pub mod errors;

@@ -97,6 +97,14 @@ struct RunArgs {
         default_value_t = 300
     )]
     unschedulable_grace_seconds: u64,
+    /// Seconds between reads of the broker's consumer lag into status.nodes[].demand;
+    /// 0 turns the demand observer off.
+    #[arg(
+        long,
+        env = "VF_OPERATOR_DEMAND_INTERVAL_SECONDS",
+        default_value_t = 30
+    )]
+    demand_interval_seconds: u64,
     /// This replica's name in Events (the pod name, from the downward API).
     #[arg(long, env = "POD_NAME")]
     instance: Option<String>,
@@ -129,7 +137,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_context(|| format!("binding the metrics address {}", args.metrics_addr))?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(serve_metrics(listener, metrics.clone(), stop_rx));
-        let ctx = Arc::new(Context::new(
+        let ctx = Context::new(
             client,
             RenderConfig {
                 worker_image: args.image,
@@ -148,7 +156,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             metrics,
             controller::system_clock(),
             args.instance,
-        ));
+        );
+        let ctx = Arc::new(match args.demand_interval_seconds {
+            0 => ctx,
+            secs => ctx.with_demand(Arc::new(controller::demand::DemandObserver::new(
+                std::time::Duration::from_secs(secs),
+                controller::demand::DEFAULT_OBSERVE_TIMEOUT,
+            ))),
+        });
         tracing::info!(namespace = ?args.namespace, concurrency = args.concurrency, "starting");
         let config = RunConfig {
             namespace: args.namespace,

@@ -1,4 +1,5 @@
-//! Admission and profiles (§17, ADM-1/2) and the `videoflow-worker provision` job.
+//! Admission and profiles (§17, ADM-1/2) and the `videoflow-worker provision` job; the
+//! worker's bind-time read-back of explicit profiles (ADM-3, [`verify_bound_profiles`]).
 //!
 //! Why admit before creating anything: a flow deployed onto a broker or store that cannot
 //! keep its promises fails late and confusingly (an evictable Redis loses payloads of a BATCH
@@ -623,7 +624,7 @@ pub async fn verify_provisioned(
     timeout: Duration,
 ) -> Result<(), VfError> {
     let realtime = flow.flow_type == FlowType::Realtime;
-    let (mut contradictions, mut missing, mut unreadable) = (Vec::new(), Vec::new(), Vec::new());
+    let mut read = Vec::new();
     for r in explicit.iter().filter(|r| flow.node(&r.channel).is_some()) {
         let request = StreamRequest::node(
             &flow.flow_id,
@@ -632,11 +633,50 @@ pub async fn verify_provisioned(
             realtime,
             stream_replicas,
         );
-        match tokio::time::timeout(timeout, broker.jetstream().get_stream(&request.name)).await {
-            Ok(Ok(s)) => {
-                let effective = s.cached_info().config.clone();
-                let mut found = profile_findings(&r.profile, &effective);
-                found.extend(request.mismatches(&effective));
+        let back = read_back_stream(broker, &request.name, timeout).await;
+        read.push((r, request, back));
+    }
+    judge_read_back("provision", &read, true)
+}
+
+/// What one requested channel's stream read back as.
+#[derive(Debug, Clone)]
+enum ReadBack {
+    /// The stream's effective configuration.
+    Found(Box<stream::Config>),
+    /// The broker answered that the stream does not exist.
+    Missing,
+    /// No usable answer: `<detail> [<reason>]`.
+    Unreadable(String),
+}
+
+async fn read_back_stream(broker: &Broker, name: &str, timeout: Duration) -> ReadBack {
+    match tokio::time::timeout(timeout, broker.jetstream().get_stream(name)).await {
+        Ok(Ok(s)) => ReadBack::Found(Box::new(s.cached_info().config.clone())),
+        Ok(Err(e)) if is_not_found(e.kind()) => ReadBack::Missing,
+        Ok(Err(e)) => ReadBack::Unreadable(format!("{e} [api]")),
+        Err(_) => ReadBack::Unreadable("no answer [timeout]".to_owned()),
+    }
+}
+
+/// ADM-2's post-provision check and ADM-3's bind-time check over what was read back:
+/// contradictions first (IncompatibleProfile, exit 2), then missing streams
+/// (BrokerUnavailable, exit 3), then unreadable ones (UnobservableState, exit 3). `fields`
+/// also counts field mismatches (the provision job knows the requested shape; a worker
+/// judges the profile only). `place` prefixes the message (`provision`, `worker <node>`).
+fn judge_read_back(
+    place: &str,
+    read: &[(&ProfileRequest, StreamRequest, ReadBack)],
+    fields: bool,
+) -> Result<(), VfError> {
+    let (mut contradictions, mut missing, mut unreadable) = (Vec::new(), Vec::new(), Vec::new());
+    for (r, request, back) in read {
+        match back {
+            ReadBack::Found(effective) => {
+                let mut found = profile_findings(&r.profile, effective);
+                if fields {
+                    found.extend(request.mismatches(effective));
+                }
                 if !found.is_empty() {
                     contradictions.push(format!(
                         "channel '{}' requests {}, but its stream {} carries: {}",
@@ -647,35 +687,91 @@ pub async fn verify_provisioned(
                     ));
                 }
             }
-            Ok(Err(e)) if is_not_found(e.kind()) => missing.push(format!(
+            ReadBack::Missing => missing.push(format!(
                 "channel '{}' ({}): stream {} does not exist",
                 r.channel, r.profile, request.name
             )),
-            Ok(Err(e)) => unreadable.push(format!(
-                "channel '{}' ({}): {e} [api]",
-                r.channel, r.profile
-            )),
-            Err(_) => unreadable.push(format!(
-                "channel '{}' ({}): no answer [timeout]",
-                r.channel, r.profile
-            )),
+            ReadBack::Unreadable(detail) => {
+                unreadable.push(format!("channel '{}' ({}): {detail}", r.channel, r.profile));
+            }
         }
     }
     if !contradictions.is_empty() {
         return Err(VfError::new(ErrorCode::IncompatibleProfile, format!(
-            "provision: the provisioned streams do not carry the requested profiles:\n{}", lines(&contradictions)))
+            "{place}: the provisioned streams do not carry the requested profiles:\n{}", lines(&contradictions)))
             .with_remedy("Streams are shaped by the flow type (REALTIME: limits/discard-old, BATCH: interest/discard-new); run the flow as the type that provides the profile, or drop the request. A stream that pre-dates this run keeps its shape: tear the run down or use a fresh run id. A clamped field needs its JetStream account limit raised."));
     }
     if !missing.is_empty() {
         return Err(VfError::new(ErrorCode::BrokerUnavailable, format!(
-            "provision: requested channels have no stream on the broker:\n{}", lines(&missing)))
+            "{place}: requested channels have no stream on the broker:\n{}", lines(&missing)))
             .with_remedy("Provision the run first and check that VF_FLOW_ID / VF_RUN_ID match the provisioned run."));
     }
     if !unreadable.is_empty() {
         return Err(VfError::new(ErrorCode::StateUnknown, format!(
-            "provision: requested channels could not be read back from the broker:\n{}", lines(&unreadable)))
+            "{place}: requested channels could not be read back from the broker:\n{}", lines(&unreadable)))
             .with_remedy("Restore access to the broker and re-run; an unobservable guarantee is not an available one."));
     }
+    Ok(())
+}
+
+/// ADM-3 (START-1 step 3): the worker binds the operator's explicit profiles to the streams
+/// it touches — its own (when it has children) and its parents' — before anything opens.
+/// Requests for other channels are other workers' to judge; none ⇒ nothing is read. The
+/// streams are read over a connection of its own (no reconnects), the whole read bounded by
+/// `VF_ADMISSION_TIMEOUT_SECONDS`, connect included; only the profile semantics are judged.
+///
+/// # Errors
+/// IncompatibleProfile (exit 2) `worker <node>: the provisioned streams do not carry the
+/// requested profiles:`, BrokerUnavailable (exit 3) `worker <node>: requested channels have
+/// no stream on the broker:`, UnobservableState (exit 3) `worker <node>: requested channels
+/// could not be read back from the broker:` — each followed by one line per channel.
+pub async fn verify_bound_profiles(cfg: &WorkerConfig) -> Result<(), VfError> {
+    let touched = |c: &str| {
+        (cfg.has_children && c == cfg.node_name) || cfg.parent_names.iter().any(|p| p == c)
+    };
+    let mine: Vec<&ProfileRequest> = cfg
+        .profile_requests
+        .iter()
+        .filter(|r| touched(&r.channel))
+        .collect();
+    if mine.is_empty() {
+        return Ok(());
+    }
+    tracing::info!(
+        requests = %mine.iter().map(|r| format!("{}={}", r.channel, r.profile)).collect::<Vec<_>>().join(", "),
+        "explicit channel profiles requested"
+    );
+    let timeout = Duration::try_from_secs_f64(cfg.admission_timeout_seconds)
+        .unwrap_or(DEFAULT_ADMISSION_TIMEOUT);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let request_for = |r: &ProfileRequest| {
+        StreamRequest::node(
+            &cfg.flow_id,
+            &cfg.run_id,
+            &r.channel,
+            cfg.is_realtime(),
+            None,
+        )
+    };
+    let mut read = Vec::new();
+    match broker::connect_within(&cfg.nats_url, timeout).await {
+        Ok(own) => {
+            for r in &mine {
+                let request = request_for(r);
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let back = read_back_stream(&own, &request.name, left).await;
+                read.push((*r, request, back));
+            }
+        }
+        Err(e) => {
+            let detail = format!("{e} [unreachable]");
+            for r in &mine {
+                read.push((*r, request_for(r), ReadBack::Unreadable(detail.clone())));
+            }
+        }
+    }
+    judge_read_back(&format!("worker {}", cfg.node_name), &read, false)?;
+    tracing::info!("explicit channel profiles verified at bind");
     Ok(())
 }
 

@@ -31,6 +31,8 @@ use videoflow_core::envelope::{BLOBREF_TYPE, Payload, decode_payload, encode_pay
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::partition::py_repr_str;
 
+use crate::faults::{Barrier, barrier, unraisable};
+
 /// Prefix of every blob key (BLOB-3); the rest is 32 lowercase hex digits of a UUID4.
 pub const BLOB_KEY_PREFIX: &str = "vf-blob-";
 /// Prefix of the reader counter kept next to a blob (BLOB-5).
@@ -442,13 +444,26 @@ impl BlobStore {
     /// the counter are unlinked by two single-key commands. Failures are logged and
     /// swallowed: the blob then lives until its TTL.
     pub async fn release(&self, reference: &str) -> ReleaseOutcome {
-        match self.try_release(reference).await {
+        let at = || reference.to_owned();
+        if let Err(e) = barrier(Barrier::ObligationReleaseBefore, at).await {
+            unraisable(e);
+            return ReleaseOutcome::Failed; // nothing was touched; the blob is left to its TTL
+        }
+        let outcome = match self.try_release(reference).await {
             Ok(outcome) => outcome,
             Err(e) => {
                 tracing::warn!(blob_ref = reference, error = %e, "blob release failed; the blob is left to its TTL");
                 ReleaseOutcome::Failed
             }
+        };
+        if barrier(Barrier::ObligationReleaseAfter, at)
+            .await
+            .unwrap_or_else(unraisable)
+            .drop_response
+        {
+            return ReleaseOutcome::Failed; // the outcome is not known
         }
+        outcome
     }
 
     async fn try_release(&self, reference: &str) -> Result<ReleaseOutcome, RedisError> {
@@ -556,10 +571,15 @@ pub async fn offload_if_needed(
         .with_context("size", bytes.len())
         .with_context("threshold", threshold));
     };
+    barrier(Barrier::PayloadWriteBefore, || {
+        format!("{} bytes", bytes.len())
+    })
+    .await?;
     let blob_ref = store
         .put(&bytes, &payload_type)
         .await
         .map_err(BlobError::into_publish_error)?;
+    barrier(Barrier::PayloadWriteAfter, || blob_ref.r#ref.clone()).await?;
     encode_payload(&Payload::BlobRef(blob_ref))
         .map_err(|e| VfError::new(ErrorCode::PoisonSchema, e.to_string()))
 }
@@ -589,6 +609,7 @@ pub async fn resolve(blob_ref: &BlobRef, store: Option<&BlobStore>) -> Result<Pa
             .with_remedy("Configure VF_BLOB_REDIS_URL for this node (the publisher offloads).")
             .with_context("ref", reference));
         };
+        barrier(Barrier::PayloadReadBefore, || reference.to_owned()).await?;
         let bytes = store
             .get(reference)
             .await
@@ -596,6 +617,7 @@ pub async fn resolve(blob_ref: &BlobRef, store: Option<&BlobStore>) -> Result<Pa
         let payload = decode_payload(&current.inner_payload_type, &bytes).map_err(|e| {
             VfError::new(ErrorCode::PoisonDecode, e.to_string()).with_context("ref", reference)
         })?;
+        barrier(Barrier::PayloadReadAfter, || reference.to_owned()).await?;
         match payload {
             Payload::BlobRef(inner) => current = inner,
             other => return Ok(other),

@@ -2,7 +2,8 @@
 //! `videoflow-core`.
 //!
 //! Without a subcommand it runs one node replica from its `VF_*` environment (what control
-//! planes start); `validate` and `compile` check Flow files; `provision` and `teardown` are the
+//! planes start); `exec -- <command>` does the same with a component program as the node;
+//! `validate` and `compile` check Flow files; `provision` and `teardown` are the
 //! operator's jobs; `run` runs a whole Flow locally.
 
 use std::collections::BTreeMap;
@@ -83,6 +84,17 @@ enum Command {
     /// Sends the control stop first. Reads VF_NATS_URL, VF_FLOW_ID, VF_RUN_ID. Exit: 0 clean,
     /// 3 incomplete cleanup (re-run it).
     Teardown,
+    /// Run one node replica whose computation is a component program (design §5 "exec").
+    ///
+    /// Everything after `--` is the program and its arguments; the worker starts it with
+    /// VF_COMPONENT_SOCKET set, speaks the component protocol with it (docs/COMPONENTS.md) and
+    /// keeps every broker duty. The rest of the environment is the node's VF_* contract, as
+    /// without a subcommand. Exit codes as for a node replica.
+    Exec {
+        /// The component program and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
     /// Compile a Flow file into `specs.json` (the per-node records provisioning reads).
     ///
     /// Prints the records as JSON on stdout; exits 2 when the flow is invalid.
@@ -94,8 +106,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Some(command) = cli.command else {
-        return run_node();
+    let command = match cli.command {
+        None => return run_node(None),
+        Some(Command::Exec { command }) => return run_node(Some(command)),
+        Some(other) => other,
     };
     match run(command) {
         Ok(code) => code,
@@ -106,15 +120,23 @@ fn main() -> ExitCode {
     }
 }
 
-/// The default mode: one node replica. Panics exit 1, never 101 (§15.4).
-fn run_node() -> ExitCode {
+/// The default mode: one node replica; with `exec`, `component` is its program (put into
+/// VF_COMPONENT_COMMAND_JSON, which wins over a rendered one). Panics exit 1, never 101
+/// (§15.4).
+fn run_node(component: Option<Vec<String>>) -> ExitCode {
     init_logging();
     std::panic::set_hook(Box::new(|info| {
         tracing::error!("panic: {info}");
         eprintln!("panic: {info}");
         std::process::exit(1);
     }));
-    let vars: BTreeMap<String, String> = std::env::vars().collect();
+    let mut vars: BTreeMap<String, String> = std::env::vars().collect();
+    if let Some(argv) = component {
+        vars.insert(
+            videoflow_worker::component::COMMAND_VAR.to_owned(),
+            serde_json::json!(argv).to_string(),
+        );
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -228,6 +250,7 @@ fn run_job(teardown: bool) -> ExitCode {
 
 fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
+        Command::Exec { command } => Ok(run_node(Some(command))),
         Command::Provision => Ok(run_job(false)),
         Command::Teardown => Ok(run_job(true)),
         Command::Run {

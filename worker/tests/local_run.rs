@@ -59,11 +59,34 @@ fn spawn_run(flow: &Path, dir: &Path, args: &[&str]) -> Child {
         .arg(flow)
         .args(args)
         .env("NO_COLOR", "1")
+        .envs(python_sdk_env())
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(err)
         .spawn()
         .expect("start videoflow-worker run")
+}
+
+/// What exec samples (`python3 -m videoflow_sdk…`) need: the SDK venv (scripts/install-deps)
+/// first on PATH, and this checkout's SDK first on PYTHONPATH (issue #10).
+fn python_sdk_env() -> Vec<(&'static str, String)> {
+    let venv = std::env::var("VF_SDK_VENV").ok().or_else(|| {
+        let cache = std::env::var("VF_CACHE").ok().or_else(|| {
+            std::env::var("HOME")
+                .ok()
+                .map(|h| format!("{h}/.cache/videoflow"))
+        })?;
+        Some(format!("{cache}/sdkvenv"))
+    });
+    let path = std::env::var("PATH").unwrap_or_default();
+    let mut vars = vec![(
+        "PYTHONPATH",
+        repo_root().join("sdk/python").display().to_string(),
+    )];
+    if let Some(venv) = venv {
+        vars.push(("PATH", format!("{venv}/bin:{path}")));
+    }
+    vars
 }
 
 /// Waits for the runner to exit (killing it past `deadline`); its exit code and log.
@@ -156,6 +179,12 @@ fn sample_frames_checks_itself() {
     sample_passes("frames");
 }
 
+/// Issue #10: Python components (the SDK's numpy frame processor) in the middle of a flow.
+#[test]
+fn sample_python_component_checks_itself() {
+    sample_passes("python-component");
+}
+
 /// Every sample in `config/samples/` has a test above (a new sample must get one).
 #[test]
 fn every_sample_has_a_runner_test() {
@@ -170,7 +199,13 @@ fn every_sample_has_a_runner_test() {
     names.sort();
     assert_eq!(
         names,
-        ["frames", "toy-calculator", "toy-fusion", "toy-router"]
+        [
+            "frames",
+            "python-component",
+            "toy-calculator",
+            "toy-fusion",
+            "toy-router"
+        ]
     );
 }
 

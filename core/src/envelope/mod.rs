@@ -21,7 +21,7 @@ mod payload;
 pub mod proto;
 mod record;
 pub mod tensor;
-mod value_codec;
+pub(crate) mod value_codec;
 mod wire_error;
 
 pub use codec::{ENVELOPE_VERSION, Peeked, decode, encode, is_legacy_msgpack, peek};

@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 
 use super::error::ReconcileError;
 use super::observe::{Applied, Child, Observed};
-use crate::render::{Object, Rendered};
+use crate::render::{Object, Rendered, ScaledObject};
 
 /// The one field manager of every write the operator makes.
 pub const FIELD_MANAGER: &str = "videoflow-operator";
@@ -220,6 +220,8 @@ pub async fn apply_one(client: &Client, ns: &str, d: &Desired) -> Result<Applied
         "Deployment" => Applied::Deployment(ssa::<Deployment>(client, ns, d).await?),
         "StatefulSet" => Applied::StatefulSet(ssa::<StatefulSet>(client, ns, d).await?),
         "Service" => Applied::Service(ssa::<Service>(client, ns, d).await?),
+        // KEDA's kind: a 404 here means the KEDA CRDs are not installed.
+        "ScaledObject" => Applied::ScaledObject(ssa::<ScaledObject>(client, ns, d).await?),
         _ => Applied::PodDisruptionBudget(ssa::<PodDisruptionBudget>(client, ns, d).await?),
     })
 }
@@ -252,6 +254,7 @@ pub async fn delete_child(client: &Client, ns: &str, c: &Child) -> Result<(), Re
         "Deployment" => delete::<Deployment>(client, ns, c).await,
         "StatefulSet" => delete::<StatefulSet>(client, ns, c).await,
         "Service" => delete::<Service>(client, ns, c).await,
+        "ScaledObject" => delete::<ScaledObject>(client, ns, c).await,
         _ => delete::<PodDisruptionBudget>(client, ns, c).await,
     }
 }

@@ -5,12 +5,14 @@
 //!   (pure);
 //! - [`observe`]: the Flow's children and pods, read by label;
 //! - [`apply`]: the apply/prune plan (pure) and server-side apply with one field manager;
+//! - [`demand`]: the broker's lag per edge → `status.nodes[].demand` (SCALE-1/2);
 //! - [`termination`]: container exits and stuck containers explained (pure);
 //! - [`status`]: conditions, nodes and phase (pure);
 //! - [`events`]: Kubernetes Events on transitions (pure diff, thin publish);
 //! - [`teardown`]: the finalizer's teardown Job and its decision (pure);
 //! - [`reconcile`](mod@reconcile): the pipeline itself and the error policy;
-//! - [`metrics`]: Prometheus metrics.
+//! - [`metrics`]: Prometheus metrics;
+//! - [`permissions`]: the API permissions all of the above use (the chart's RBAC).
 //!
 //! [`run`] wires them into a Controller: it owns the kinds the renderer makes (Jobs,
 //! Deployments, StatefulSets, Services, ConfigMaps, PodDisruptionBudgets) and watches the
@@ -19,10 +21,12 @@
 
 pub mod admission;
 pub mod apply;
+pub mod demand;
 pub mod error;
 pub mod events;
 pub mod metrics;
 pub mod observe;
+pub mod permissions;
 pub mod reconcile;
 pub mod status;
 pub mod teardown;
@@ -81,6 +85,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// The clock.
     pub clock: Clock,
+    /// Reads the broker's lag into `status.nodes[].demand`; `None` leaves demand untouched.
+    pub demand: Option<Arc<demand::DemandObserver>>,
     /// Consecutive failures per Flow, for the error policy's backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -109,8 +115,15 @@ impl Context {
             status,
             metrics,
             clock,
+            demand: None,
             failures: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same context with a demand observer (issue #9).
+    pub fn with_demand(mut self, observer: Arc<demand::DemandObserver>) -> Self {
+        self.demand = Some(observer);
+        self
     }
 
     /// Now, from the context's clock.

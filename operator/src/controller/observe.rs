@@ -16,6 +16,9 @@ use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::error::ReconcileError;
+use crate::crd::Flow;
+use crate::render::ScaledObject;
+use crate::render::autoscaling::any_requested;
 use crate::render::labels::{
     LABEL_COMPONENT, LABEL_FLOW, LABEL_MANAGED_BY, LABEL_NODE, LABEL_RUN, MANAGED_BY, label_value,
 };
@@ -37,6 +40,8 @@ pub struct Observed {
     pub pdbs: Vec<PodDisruptionBudget>,
     /// Every pod of every run (workers, provisioning, teardown).
     pub pods: Vec<Pod>,
+    /// KEDA ScaledObjects; read only when the Flow may own some ([`scaled_objects`]).
+    pub scaled_objects: Vec<ScaledObject>,
 }
 
 /// A child object, kind-erased: what pruning and the apply plan compare.
@@ -104,6 +109,7 @@ impl Observed {
         out.extend(self.stateful_sets.iter().map(|o| child("StatefulSet", o)));
         out.extend(self.services.iter().map(|o| child("Service", o)));
         out.extend(self.pdbs.iter().map(|o| child("PodDisruptionBudget", o)));
+        out.extend(self.scaled_objects.iter().map(|o| child("ScaledObject", o)));
         out
     }
 
@@ -152,6 +158,7 @@ impl Observed {
             Applied::StatefulSet(o) => upsert(&mut self.stateful_sets, o),
             Applied::Service(o) => upsert(&mut self.services, o),
             Applied::PodDisruptionBudget(o) => upsert(&mut self.pdbs, o),
+            Applied::ScaledObject(o) => upsert(&mut self.scaled_objects, o),
         }
     }
 
@@ -165,6 +172,7 @@ impl Observed {
             "StatefulSet" => self.stateful_sets.retain(|o| keep(&o.metadata.name)),
             "Service" => self.services.retain(|o| keep(&o.metadata.name)),
             "PodDisruptionBudget" => self.pdbs.retain(|o| keep(&o.metadata.name)),
+            "ScaledObject" => self.scaled_objects.retain(|o| keep(&o.metadata.name)),
             _ => {}
         }
     }
@@ -185,6 +193,8 @@ pub enum Applied {
     Service(Service),
     /// A PodDisruptionBudget.
     PodDisruptionBudget(PodDisruptionBudget),
+    /// A KEDA ScaledObject.
+    ScaledObject(ScaledObject),
 }
 
 /// The label selector of everything the operator made for one Flow.
@@ -210,6 +220,7 @@ where
 }
 
 /// Reads the Flow's children and pods: seven label-selected LISTs, in a fixed order.
+/// ScaledObjects are read separately, only when the Flow may own some ([`scaled_objects`]).
 pub async fn observe(client: &Client, ns: &str, flow: &str) -> Result<Observed, ReconcileError> {
     let selector = flow_selector(flow);
     Ok(Observed {
@@ -220,5 +231,37 @@ pub async fn observe(client: &Client, ns: &str, flow: &str) -> Result<Observed, 
         services: list(client, ns, &selector).await?,
         pdbs: list(client, ns, &selector).await?,
         pods: list(client, ns, &selector).await?,
+        scaled_objects: Vec::new(),
     })
+}
+
+/// Whether the Flow's children may include ScaledObjects: a node asks for autoscaling, or the
+/// last status says a scaler was rendered (so one left behind by a switched-off autoscaling
+/// is still found and pruned).
+///
+/// Why not always: the ScaledObject kind exists only where KEDA is installed, and a Flow that
+/// never asked for autoscaling should cost no read of it.
+pub fn may_own_scalers(flow: &Flow) -> bool {
+    any_requested(&flow.spec)
+        || flow.status.as_ref().is_some_and(|s| {
+            s.nodes
+                .iter()
+                .any(|n| n.scaler.as_ref().is_some_and(|sc| sc.rendered))
+        })
+}
+
+/// Reads the Flow's KEDA ScaledObjects by label; none when the KEDA CRDs are not installed
+/// (the LIST answers 404), so pruning has nothing to do and an apply names the cause.
+pub async fn scaled_objects(
+    client: &Client,
+    ns: &str,
+    flow: &str,
+) -> Result<Vec<ScaledObject>, ReconcileError> {
+    match list::<ScaledObject>(client, ns, &flow_selector(flow)).await {
+        Ok(items) => Ok(items),
+        Err(ReconcileError::Kube { source, .. }) if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 404) => {
+            Ok(Vec::new())
+        }
+        Err(e) => Err(e),
+    }
 }

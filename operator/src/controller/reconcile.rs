@@ -15,9 +15,10 @@ use kube::{Resource, ResourceExt};
 use super::Context;
 use super::admission::admit;
 use super::apply::{self, FIELD_MANAGER, Stage, desired_objects, plan};
+use super::demand::merge_demand;
 use super::error::ReconcileError;
 use super::events::{Transition, publish, transitions};
-use super::observe::observe;
+use super::observe::{may_own_scalers, observe, scaled_objects};
 use super::status::{self, compute_status, rejected_status};
 use super::teardown::{
     FINALIZER, TEARDOWN_COMPONENT, TeardownOutcome, TeardownStep, teardown_job, teardown_step,
@@ -91,6 +92,9 @@ async fn reconcile_flow(flow: &Flow, ctx: &Context) -> Result<Action, ReconcileE
         }
     };
     let mut observed = observe(&ctx.client, &ns, &name).await?;
+    if may_own_scalers(flow) {
+        observed.scaled_objects = scaled_objects(&ctx.client, &ns, &name).await?;
+    }
     let desired = desired_objects(&rendered)?;
     let provisioned = status::provisioned(&rendered, &observed);
     let uid = flow.uid();
@@ -99,7 +103,18 @@ async fn reconcile_flow(flow: &Flow, ctx: &Context) -> Result<Action, ReconcileE
         add_finalizer(ctx, flow, &name, &ns).await?;
     }
     apply::execute(&ctx.client, &ns, &plan, &mut observed).await?;
-    let computed = compute_status(flow, &rendered, &observed, now, &ctx.status);
+    let mut computed = compute_status(flow, &rendered, &observed, now, &ctx.status);
+    if let Some(observer) = &ctx.demand {
+        let demand = observer
+            .observe_flow(flow, ctx.render.nats_url.as_deref())
+            .await;
+        merge_demand(&mut computed.status, demand);
+        computed.recheck_after = Some(
+            computed
+                .recheck_after
+                .map_or(observer.interval(), |r| r.min(observer.interval())),
+        );
+    }
     write_status(ctx, flow, &name, &ns, computed.status).await?;
     Ok(Action::requeue(
         computed.recheck_after.unwrap_or(RESYNC).min(RESYNC),
@@ -220,6 +235,9 @@ async fn cleanup(
         }
     };
     let mut observed = observe(&ctx.client, ns, name).await?;
+    if may_own_scalers(flow) {
+        observed.scaled_objects = scaled_objects(&ctx.client, ns, name).await?;
+    }
     // Stop the run first, so no worker is still publishing while its streams go away. The
     // specs ConfigMap stays: the teardown pod mounts it.
     for c in observed.children() {

@@ -236,8 +236,17 @@ fn node_view(
     now: Timestamp,
     config: &StatusConfig,
 ) -> NodeView {
-    let desired = desired_replicas(&node.workload);
     let name = node.workload.name();
+    let desired = match (&node.workload, observed.deployment(name)) {
+        // Under a scaler the HPA owns the count: the rendered Deployment leaves it out, and
+        // what the live one says is what is desired now.
+        (Workload::Deployment(d), Some(live))
+            if d.spec.as_ref().is_some_and(|s| s.replicas.is_none()) =>
+        {
+            live.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
+        }
+        _ => desired_replicas(&node.workload),
+    };
     let (exists, ready, complete, failed) = match &node.workload {
         Workload::Deployment(_) => {
             let d = observed.deployment(name);
@@ -318,7 +327,7 @@ fn node_view(
             desired,
             ready,
             restarts: pods.iter().map(|p| restarts(p)).sum(),
-            scaler: previous.and_then(|p| p.scaler.clone()),
+            scaler: node.scaler.clone(),
             demand: previous.and_then(|p| p.demand.clone()),
             last_termination,
         },

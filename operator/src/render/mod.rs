@@ -10,11 +10,13 @@
 //! 2. the provisioning Job `vf-<flow>-<run>-provision` ([`provision`]);
 //! 3. per node, in topological order: a headless Service (StatefulSets only), the workload by
 //!    the workload-kind rules, a PodDisruptionBudget for multi-replica long-running nodes
-//!    ([`workloads`], pods from [`pod`]).
+//!    ([`workloads`], pods from [`pod`]), and a KEDA ScaledObject for an eligible node with
+//!    autoscaling requested ([`autoscaling`]).
 //!
 //! Every object carries the labels of [`labels`] and, when the Flow has a uid, a controller
 //! owner reference to it.
 
+pub mod autoscaling;
 pub mod configmaps;
 pub mod context;
 pub mod error;
@@ -34,6 +36,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
+pub use autoscaling::ScaledObject;
 pub use context::{DEFAULT_GPU_RESOURCE, flow_document};
 pub use error::RenderError;
 pub use workloads::{NodeObjects, Workload, WorkloadKind};
@@ -106,6 +109,8 @@ pub enum Object<'a> {
     Service(&'a Service),
     /// A PodDisruptionBudget.
     PodDisruptionBudget(&'a PodDisruptionBudget),
+    /// A KEDA ScaledObject.
+    ScaledObject(&'a ScaledObject),
 }
 
 impl<'a> Object<'a> {
@@ -118,6 +123,7 @@ impl<'a> Object<'a> {
             Object::StatefulSet(_) => "StatefulSet",
             Object::Service(_) => "Service",
             Object::PodDisruptionBudget(_) => "PodDisruptionBudget",
+            Object::ScaledObject(_) => "ScaledObject",
         }
     }
 
@@ -130,6 +136,7 @@ impl<'a> Object<'a> {
             Object::StatefulSet(o) => &o.metadata,
             Object::Service(o) => &o.metadata,
             Object::PodDisruptionBudget(o) => &o.metadata,
+            Object::ScaledObject(o) => &o.metadata,
         }
     }
 
@@ -141,7 +148,8 @@ impl<'a> Object<'a> {
 
 impl Rendered {
     /// Every object in apply order: the specs before the Job that mounts them, the
-    /// provisioning Job before the workers, a Service before its StatefulSet.
+    /// provisioning Job before the workers, a Service before its StatefulSet, a ScaledObject
+    /// after the Deployment it scales.
     pub fn objects(&self) -> Vec<Object<'_>> {
         let mut out = vec![Object::ConfigMap(&self.specs), Object::Job(&self.provision)];
         for node in &self.nodes {
@@ -155,6 +163,9 @@ impl Rendered {
             });
             if let Some(pdb) = &node.pdb {
                 out.push(Object::PodDisruptionBudget(pdb));
+            }
+            if let Some(scaler) = &node.scaled_object {
+                out.push(Object::ScaledObject(scaler));
             }
         }
         out

@@ -29,11 +29,12 @@ use videoflow_core::errors::EXIT_USER;
 use videoflow_core::model::FlowType;
 use videoflow_core::scaling::renders_as_job;
 
+use super::autoscaling::{NodeScaler, ScaledObject, node_scaler};
 use super::context::Ctx;
 use super::error::RenderError;
 use super::labels::Component;
 use super::pod::{HEALTH_PORT_NAME, WORKER_CONTAINER, worker_pod_spec};
-use crate::crd::WorkloadRef;
+use crate::crd::{ScalerStatus, WorkloadRef};
 
 /// Retries of a node's Job before it fails: the supervisor contract of ABORT-6 (3 restarts,
 /// with the Job controller's 10 s, 20 s, 40 s backoff).
@@ -119,6 +120,12 @@ pub struct NodeObjects {
     pub service: Option<Service>,
     /// Keeps all but one replica up through voluntary disruptions (drains, upgrades).
     pub pdb: Option<PodDisruptionBudget>,
+    /// The KEDA ScaledObject of an eligible node with autoscaling requested
+    /// ([`super::autoscaling`]).
+    pub scaled_object: Option<ScaledObject>,
+    /// `status.nodes[].scaler`: rendered or not, and why; `None` when autoscaling was not
+    /// requested for the node.
+    pub scaler: Option<ScalerStatus>,
 }
 
 impl NodeObjects {
@@ -181,6 +188,15 @@ pub(crate) fn node_objects(ctx: &Ctx, spec: &NodeSpec) -> Result<NodeObjects, Re
         spec: Some(pod),
     };
     let selector = ctx.run.selector(&spec.name);
+    let NodeScaler {
+        object: scaled_object,
+        status: scaler,
+    } = node_scaler(ctx, spec, &name)?;
+    // Under a scaler the HPA owns the replica count: a rendered count would be forced back
+    // on every re-apply (server-side apply with force), fighting the autoscaler.
+    let scaled_max = scaled_object
+        .as_ref()
+        .and_then(|o| o.spec.max_replica_count);
     let workload = match kind {
         WorkloadKind::Job => Workload::Job(Job {
             metadata: meta,
@@ -213,7 +229,7 @@ pub(crate) fn node_objects(ctx: &Ctx, spec: &NodeSpec) -> Result<NodeObjects, Re
         WorkloadKind::Deployment => Workload::Deployment(Deployment {
             metadata: meta,
             spec: Some(DeploymentSpec {
-                replicas: Some(replicas),
+                replicas: scaled_max.is_none().then_some(replicas),
                 selector,
                 strategy: (spec.device_type == "gpu").then(gpu_rollout),
                 template,
@@ -226,8 +242,11 @@ pub(crate) fn node_objects(ctx: &Ctx, spec: &NodeSpec) -> Result<NodeObjects, Re
     Ok(NodeObjects {
         node: spec.name.clone(),
         service: (kind == WorkloadKind::StatefulSet).then(|| headless_service(ctx, spec, &name)),
-        pdb: (long_running && replicas > 1).then(|| disruption_budget(ctx, spec, &name)),
+        pdb: (long_running && replicas.max(scaled_max.unwrap_or(0)) > 1)
+            .then(|| disruption_budget(ctx, spec, &name)),
         workload,
+        scaled_object,
+        scaler,
     })
 }
 

@@ -14,6 +14,7 @@ use async_nats::jetstream::AckKind;
 use bytes::Bytes;
 
 use super::held::{HeldSet, HoldKey};
+use crate::faults::{Barrier, barrier};
 
 /// How long an ack waits for the server's confirmation (DELIV-1).
 pub const ACK_CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
@@ -90,19 +91,22 @@ impl DeliveryHandle {
         let Some(reply) = self.core.held.take(self.key, self.token) else {
             return Settlement::NotHeld;
         };
-        let request = self.core.client.request(reply, AckKind::Ack.into());
-        match tokio::time::timeout(self.core.ack_confirm, request).await {
-            Ok(Ok(_)) => Settlement::Confirmed,
-            Ok(Err(e)) => Settlement::Unconfirmed {
-                reason: e.to_string(),
-            },
-            Err(_) => Settlement::Unconfirmed {
-                reason: format!(
-                    "ack not confirmed within {:.1} s",
-                    self.core.ack_confirm.as_secs_f64()
-                ),
-            },
-        }
+        self.with_faults("ack", async {
+            let request = self.core.client.request(reply, AckKind::Ack.into());
+            match tokio::time::timeout(self.core.ack_confirm, request).await {
+                Ok(Ok(_)) => Settlement::Confirmed,
+                Ok(Err(e)) => Settlement::Unconfirmed {
+                    reason: e.to_string(),
+                },
+                Err(_) => Settlement::Unconfirmed {
+                    reason: format!(
+                        "ack not confirmed within {:.1} s",
+                        self.core.ack_confirm.as_secs_f64()
+                    ),
+                },
+            }
+        })
+        .await
     }
 
     /// Hands the message back for redelivery, after `delay` if given (DELIV-6/7; `None` for
@@ -144,10 +148,45 @@ impl DeliveryHandle {
         let Some(reply) = self.core.held.take(self.key, self.token) else {
             return Settlement::NotHeld;
         };
-        match self.core.client.publish(reply, kind.into()).await {
-            Ok(()) => Settlement::Sent,
+        let what = if matches!(kind, AckKind::Term) {
+            "term"
+        } else {
+            "nak"
+        };
+        self.with_faults(what, async {
+            match self.core.client.publish(reply, kind.into()).await {
+                Ok(()) => Settlement::Sent,
+                Err(e) => Settlement::Unconfirmed {
+                    reason: e.to_string(),
+                },
+            }
+        })
+        .await
+    }
+
+    /// Runs a settlement between the `settle.before` and `settle.after` barriers (ENV-16).
+    /// The handle is already taken: a `raise` before it means nothing was sent (the broker
+    /// redelivers after `ack_wait`); a `drop` or `raise` after it means the outcome is not
+    /// known — both report [`Settlement::Unconfirmed`], so no blob share is released.
+    async fn with_faults(
+        &self,
+        what: &str,
+        settle: impl std::future::Future<Output = Settlement>,
+    ) -> Settlement {
+        let at = || format!("stream_seq {} {what}", self.key.stream_seq);
+        if let Err(e) = barrier(Barrier::SettleBefore, at).await {
+            return Settlement::Unconfirmed {
+                reason: e.log_line(),
+            };
+        }
+        let settled = settle.await;
+        match barrier(Barrier::SettleAfter, at).await {
+            Ok(hit) if !hit.drop_response => settled,
+            Ok(_) => Settlement::Unconfirmed {
+                reason: "settlement response lost".into(),
+            },
             Err(e) => Settlement::Unconfirmed {
-                reason: e.to_string(),
+                reason: e.log_line(),
             },
         }
     }

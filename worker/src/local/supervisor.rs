@@ -167,7 +167,8 @@ impl Worker {
     }
 }
 
-/// Variables a worker may need from the runner's environment (logging, paths); never the
+/// Variables a worker may need from the runner's environment (logging, paths, and the
+/// `PATH`/`PYTHONPATH` an exec component's program is found and runs with); never the
 /// runner's other variables, so a local run sees exactly what a pod would.
 fn passthrough_env() -> Vec<(String, String)> {
     std::env::vars()
@@ -181,6 +182,8 @@ fn passthrough_env() -> Vec<(String, String)> {
                     | "VF_LOG"
                     | "VF_STRUCTURED_LOGS"
                     | "VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES"
+                    // Exec components run with the user's toolchain (issue #10).
+                    | "PYTHONPATH"
             )
         })
         .collect()

@@ -8,7 +8,7 @@
 //! - [`process`] — the processor and consumer loop (LOOP-3/4).
 //! - [`guards`] — GPU and asset checks, health server, progress deadline and watchdog.
 //!
-//! Not yet here (issue #4): the fault schedule. The runtime ledger is opened at step 7 for the slot claim only (`crate::store`).
+//! The runtime ledger is opened at step 7 for the slot claim only (`crate::store`).
 
 mod guards;
 mod output;
@@ -70,11 +70,15 @@ pub async fn run_node(vars: &BTreeMap<String, String>, signals: Signals) -> i32 
 
 /// The worker's life from configuration to a clean exit status, or the error that ended it.
 async fn start(vars: &BTreeMap<String, String>, signals: &Signals) -> Result<i32, VfError> {
+    // START-1 step 1: the conformance fault schedule (ENV-16/17), before anything it guards.
+    crate::faults::install_from_env(vars)?;
     // START-1 step 2: configuration, before any connection.
     let cfg = Arc::new(WorkerConfig::from_env(vars)?);
     tracing::info!(node = %cfg.node_name, kind = %cfg.kind.as_str(), replica = cfg.replica_id(), flow = %cfg.flow_id, run = %cfg.run_id, "starting");
     // HEALTH-2: the first beat is taken now, before the messenger connects.
     crate::health::install(crate::health::HealthState::new(&cfg.node_name));
+    // Step 3: explicit profiles read back over its own connection (ADM-3).
+    crate::admission::verify_bound_profiles(&cfg).await?;
     // Step 4: the payload store.
     let blob = match &cfg.blob_url {
         Some(url) => Some(BlobStore::connect(
@@ -84,12 +88,18 @@ async fn start(vars: &BTreeMap<String, String>, signals: &Signals) -> Result<i32
         )?),
         None => None,
     };
-    // Step 5: the node.
-    let class = cfg.node_class.clone().ok_or_else(|| {
-        VfError::new(ErrorCode::Config, "VF_NODE_CLASS is required.")
-            .with_remedy("Set VF_NODE_CLASS to a built-in node class, e.g. videoflow.processors.basic.IdentityProcessor (`videoflow-worker --help` lists the control-plane commands that render it).")
-    })?;
-    let node = build_node(&class, cfg.kind, &cfg.node_params)?;
+    // Step 5: the node — an exec component (issue #10) when a command is given, else a
+    // built-in class.
+    let node = match crate::component::command_from_env(vars)? {
+        Some(argv) => crate::component::build_exec_node(&cfg, vars, &argv)?,
+        None => {
+            let class = cfg.node_class.clone().ok_or_else(|| {
+                VfError::new(ErrorCode::Config, "VF_NODE_CLASS is required.")
+                    .with_remedy("Set VF_NODE_CLASS to a built-in node class, e.g. videoflow.processors.basic.IdentityProcessor, or run an exec component with `videoflow-worker exec -- <command>` (or VF_COMPONENT_COMMAND_JSON).")
+            })?;
+            build_node(&class, cfg.kind, &cfg.node_params)?
+        }
+    };
     // Step 6: GPU grant check, then asset check — before any connection and `open()`.
     guards::device_checks(&cfg, vars, matches!(node, BuiltNode::Processor(_))).await?;
     // Step 7: the runtime store; a replica without an id claims a slot (ENV-5 step 3).

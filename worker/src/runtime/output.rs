@@ -8,6 +8,7 @@ use videoflow_core::errors::VfError;
 use crate::blob::{self, BlobStore};
 use crate::broker::{Publication, PublishMode, PublishOutcome, Publisher, StopFlag};
 use crate::emit::Emitter;
+use crate::faults::{self, Barrier};
 use crate::health::{self, metrics};
 use videoflow_core::value::Value;
 
@@ -90,10 +91,21 @@ impl Output {
     ) -> Result<PublishOutcome, VfError> {
         let bytes = envelope::encode(env).map_err(encode_error)?;
         let publication = Publication::envelope(subject, env.msg_id(), Bytes::from(bytes));
-        Ok(self
+        let id = || publication.msg_id.clone();
+        faults::barrier(Barrier::PublishSendBefore, id).await?;
+        let outcome = self
             .publisher
             .publish(&publication, mode, &self.stop)
-            .await?)
+            .await?;
+        faults::barrier(Barrier::PublishSendAfter, id).await?;
+        if faults::barrier(Barrier::PublishReceiptBefore, id)
+            .await?
+            .drop_response
+        {
+            return faults::receipt_lost(&env.producer_name, &publication.msg_id, mode);
+        }
+        faults::barrier(Barrier::PublishReceiptAfter, id).await?;
+        Ok(outcome)
     }
 }
 

@@ -14,6 +14,7 @@ use super::{Signals, wall_now, wrap_node_error};
 use crate::config::WorkerConfig;
 use crate::delivery::{Breaker, classify};
 use crate::emit::Timings;
+use crate::faults::{self, Barrier, barrier};
 use crate::health::{self, metrics};
 use crate::idempotency::IdempotencyStore;
 use crate::join::{GroupInput, ReadyGroup};
@@ -67,6 +68,7 @@ impl Loop<'_> {
             return Err(wrap_node_error(e, self.cfg, None));
         }
         health::mark_ready(); // HEALTH-1: only once `open()` returned
+        faults::soft_barrier(Barrier::WorkerReadyAfter, || self.cfg.node_name.clone()).await;
         if let Err(e) = self.supervision.opened() {
             tracing::warn!("progress watchdog not started: {}", e.log_line());
         }
@@ -188,7 +190,9 @@ impl Loop<'_> {
                 {
                     return Ok(()); // IDEM-1: already consumed; ack
                 }
+                barrier(Barrier::SinkEffectBefore, || input_key.to_owned()).await?;
                 tokio::task::block_in_place(|| node.consume(ctx, &inputs))?;
+                barrier(Barrier::SinkEffectAfter, || input_key.to_owned()).await?;
                 *last_end = Instant::now();
                 if let Some(store) = idem {
                     store.mark(input_key).await?;

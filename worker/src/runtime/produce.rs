@@ -9,6 +9,7 @@ use super::output::Output;
 use super::{Signals, wall_now, wrap_node_error};
 use crate::config::WorkerConfig;
 use crate::emit::Timings;
+use crate::faults::{self, Barrier, barrier};
 use crate::nodes::{NodeContext, Producer, normalize_output};
 
 /// How a producer loop ended without an error.
@@ -35,6 +36,7 @@ pub(crate) async fn run(
         return Err(e);
     }
     crate::health::mark_ready(); // HEALTH-1: only once `open()` returned
+    faults::soft_barrier(Barrier::WorkerReadyAfter, || cfg.node_name.clone()).await;
     let result = produce(cfg, node, ctx, out, signals).await;
     if let Err(e) = tokio::task::block_in_place(|| node.close(ctx)) {
         tracing::error!("close() failed: {}", e.log_line());
@@ -90,7 +92,14 @@ async fn produce(
             timings,
             key,
         );
-        if let Err(e) = out.data(env).await {
+        let sent = async {
+            out.data(env).await?;
+            barrier(Barrier::SourcePublishAfter, || {
+                format!("{trace_id} seq {seq}")
+            })
+            .await
+        };
+        if let Err(e) = sent.await {
             // A publication failure ends a producer (exit 3 for BrokerUnavailable).
             abort_if_poison(cfg, out, &e).await;
             return Err(e);

@@ -23,6 +23,7 @@ use crate::broker::{
 use crate::config::WorkerConfig;
 use crate::delivery::{nak_delay_seconds, random_jitter};
 use crate::drain::{DrainTracker, PendingCounts, Recorded, TerminatorKind};
+use crate::faults::{Barrier, soft_barrier};
 use crate::join::{Entry, JoinAssembler, ReadyGroup};
 use crate::runtime::settle::{Held, Settler};
 
@@ -177,8 +178,14 @@ impl Receiver {
                     TerminatorKind::Eos
                 };
                 tracing::info!(parent = %self.parent_name(p), kind = ?kind, replica = env.replica_id, seq = env.seq, "terminator");
-                self.drain
-                    .record(p, env.replica_id, kind, env.seq, env.error)
+                let (parent, replica) = (self.parent_name(p).to_owned(), env.replica_id);
+                let at = || format!("{parent} replica {replica} {kind:?}");
+                soft_barrier(Barrier::EosRecordBefore, at).await;
+                let recorded = self
+                    .drain
+                    .record(p, env.replica_id, kind, env.seq, env.error);
+                soft_barrier(Barrier::EosRecordAfter, at).await;
+                recorded
             }
             Ok(_) => Recorded::Duplicate, // a DATA envelope on the terminator subject: ignore
             Err(e) => {

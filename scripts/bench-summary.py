@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Merges one scripts/bench run (flow JSON, criterion estimates, render JSON) into one JSON
+document and a Markdown table with the issue #12 targets. Standard library only."""
+import argparse
+import glob
+import json
+import math
+import os
+
+PY_REF = {  # the Python reference's published v4 figures, microseconds (encode, decode)
+    "scalar_map": (5.8, 4.4),
+    "detections_20": (107.0, 60.0),
+    "tensor_1920x1080x3": (3990.0, 1640.0),
+}
+
+
+def criterion(root):
+    out = {}
+    for bench in glob.glob(os.path.join(root, "**", "new", "benchmark.json"), recursive=True):
+        with open(bench) as f:
+            meta = json.load(f)
+        with open(os.path.join(os.path.dirname(bench), "estimates.json")) as f:
+            est = json.load(f)
+        name = meta.get("function_id") or meta.get("full_id")
+        out[name] = {
+            "median_us": est["median"]["point_estimate"] / 1000.0,
+            "ci_low_us": est["median"]["confidence_interval"]["lower_bound"] / 1000.0,
+            "ci_high_us": est["median"]["confidence_interval"]["upper_bound"] / 1000.0,
+        }
+    return out
+
+
+def fmt(v, digits=1):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    return f"{v:,.{digits}f}"
+
+
+def rng(s, digits=0):
+    if not s or not s.get("values"):
+        return "n/a"
+    if len(s["values"]) == 1:
+        return fmt(s["median"], digits)
+    return f"{fmt(s['median'], digits)} ({fmt(s['min'], digits)}–{fmt(s['max'], digits)})"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for a in ("--flow", "--render", "--criterion", "--command", "--out", "--markdown"):
+        ap.add_argument(a, required=True)
+    ap.add_argument("--build-seconds", type=float, default=None)
+    ap.add_argument("--run-seconds", type=float, default=None)
+    a = ap.parse_args()
+    with open(a.flow) as f:
+        flow_doc = json.load(f)
+    try:
+        with open(a.render) as f:
+            render = json.load(f)
+    except (OSError, ValueError):
+        render = {}
+    codec = criterion(a.criterion)
+    meta, flow = flow_doc["meta"], flow_doc["flow"]
+    meta["command"] = a.command
+    meta["build_seconds"] = a.build_seconds
+    meta["run_seconds"] = a.run_seconds
+    rows, summary = [], {}
+
+    def row(name, result, target, met):
+        rows.append((name, result, target, {True: "yes", False: "**no**", None: "—"}[met]))
+
+    ceil = flow.get("ceiling", {})
+    ident = flow.get("identity_hop", {})
+    if "ideal_hop_msgs_s" in ceil:
+        row("Broker: JetStream async publish, 1 KiB (msg/s)", rng(ceil["publish_msgs_s"]), "—", None)
+        row("Broker: batched fetch + ack (msg/s)", rng(ceil["fetch_ack_msgs_s"]), "—", None)
+        row("Broker: ideal pipelined hop (msg/s)", rng(ceil["ideal_hop_msgs_s"]), "—", None)
+        row("Broker: serial hop, the worker's shape (msg/s)", rng(ceil["serial_hop_msgs_s"]), "—", None)
+    if "identity_msgs_s" in ident and "ideal_hop_msgs_s" in ceil:
+        ratio = ident["identity_msgs_s"]["median"] / ceil["ideal_hop_msgs_s"]["median"]
+        serial = ident["identity_msgs_s"]["median"] / ceil["serial_hop_msgs_s"]["median"]
+        summary["identity_over_ideal"] = ratio
+        summary["identity_over_serial"] = serial
+        row(f"Identity hop, 1 KiB, BATCH, n={ident['n']} (msg/s)", rng(ident["identity_msgs_s"]), "—", None)
+        row("Identity hop / ideal hop", f"{ratio:.1%}", "≥ 50 % (stretch 70 %)", ratio >= 0.5)
+        row("Identity hop / serial hop (same shape, raw client)", f"{serial:.1%}", "—", None)
+        row("Producer alone (msg/s)", rng(ident["producer_msgs_s"]), "—", None)
+    lat = flow.get("latency", {})
+    if "depths" in lat:
+        for d in lat["depths"]:
+            row(f"Latency depth {d['depth']} at 50 msg/s: median / p95 (ms)",
+                f"{fmt(d['median_ms'], 2)} / {fmt(d['p95_ms'], 2)}", "—", None)
+        m = lat["marginal_median_ms_per_hop"]
+        summary["marginal_median_ms_per_hop"] = m
+        row("Marginal latency per hop, median (ms)", fmt(m, 2), "≤ 0.5 ms", m <= 0.5)
+        row("Marginal latency per hop, p95 (ms)", fmt(lat["marginal_p95_ms_per_hop"], 2), "—", None)
+        for d in lat["depths"]:
+            limit = 1.0 + 0.25 * d["depth"]
+            row(f"Drain after EOS, depth {d['depth']} (s)", fmt(d["drain_s"], 2), f"≤ {limit:.2f} s",
+                d["drain_s"] <= limit if d["drain_s"] == d["drain_s"] else None)
+        idle = [kib for d in lat["depths"] for kib in d["idle_rss_kib"]]
+        if idle:
+            worst = max(idle) / 1024
+            summary["idle_rss_mib_max"] = worst
+            row("Worker RSS idle, max over stages (MiB)", fmt(worst, 1), "≤ 10 MiB", worst <= 10)
+    if "rss_steady_identity_kib" in ident:
+        s = ident["rss_steady_identity_kib"]
+        mib = {k: (v / 1024 if isinstance(v, (int, float)) else v) for k, v in s.items() if k != "values"}
+        mib["values"] = [v / 1024 for v in s["values"]]
+        row("Worker RSS steady, identity at 1 KiB (MiB)", rng(mib, 1), "≤ 16 MiB", mib["max"] <= 16)
+        for who in ("producer", "identity", "sink"):
+            row(f"CPU-ms per 1000 msgs, {who}", rng(ident[f"cpu_ms_per_1000_{who}"], 1), "—", None)
+    ov = flow.get("realtime_overload", {})
+    if "median_ms" in ov:
+        row("REALTIME overload 100 msg/s → 25 ms stage: delivered", f"{ov['delivered_fraction']:.1%} (stage capacity 40 %)", "—", None)
+        row("REALTIME overload: median / p95 latency (ms)", f"{fmt(ov['median_ms'], 1)} / {fmt(ov['p95_ms'], 1)}",
+            "median ≤ 75 ms (3 × service)", ov["median_ms"] <= 75)
+    sc = flow.get("scaling", {})
+    for r in sc.get("rows", []):
+        met = r["efficiency"] >= 0.95 if r["k"] == 8 else None
+        row(f"Scaling, 20 ms sleeping stage, k={r['k']}: msg/s (efficiency)",
+            f"{fmt(r['msgs_s'], 1)} ({r['efficiency']:.1%})", "≥ 95 % at k = 8" if r["k"] == 8 else "—", met)
+    sw = flow.get("payload_sweep", {})
+    for r in sw.get("rows", []):
+        kib = r["bytes"] / 1024
+        label = f"{kib:,.0f} KiB" if kib < 1024 else f"{kib / 1024:.2f} MiB"
+        hwm = r.get("identity_hwm_kib")
+        row(f"Payload {label} {'store' if r['store'] else 'inline'}: MB/s (msg/s; identity peak RSS MiB)",
+            f"{fmt(r['mb_s'], 1)} ({fmt(r['msgs_s'], 0)}; {fmt(hwm / 1024 if hwm else None, 1)})",
+            "bounded" if r["bytes"] > 5_000_000 else "—", None)
+    mx = sw.get("inline_at_max_payload")
+    if mx:
+        term = mx.get("producer_termination") or {}
+        row("Inline at max_payload (1 MiB): fails fast, typed, flow terminated",
+            f"{'terminated' if mx['terminated'] else 'HANG'} in {fmt(mx.get('seconds_to_all_exited'), 2)} s; "
+            f"producer exit {mx.get('producer_code')} `{term.get('code', '?')}`",
+            "typed error, no hang", bool(mx["terminated"] and term.get("code")))
+    for name, (enc_ref, dec_ref) in PY_REF.items():
+        for op, ref in (("encode", enc_ref), ("decode", dec_ref)):
+            c = codec.get(f"{name}/{op}")
+            if c:
+                speedup = ref / c["median_us"]
+                row(f"Codec {name} {op} (µs; × faster than Python ref {ref} µs)",
+                    f"{fmt(c['median_us'], 3 if c['median_us'] < 10 else 1)} (× {speedup:,.0f})", "≥ 10 ×", speedup >= 10)
+    c = codec.get("tensor_640x480x3/encode"), codec.get("tensor_640x480x3/decode")
+    if all(c):
+        row("Codec tensor 640×480×3 encode / decode (µs)", f"{fmt(c[0]['median_us'])} / {fmt(c[1]['median_us'])}", "—", None)
+    if "render_10_nodes" in render:
+        r = render["render_10_nodes"]
+        row(f"Operator render, 10-node Flow, {r['objects']} objects (µs)",
+            f"{fmt(r['median_us'])} (p5 {fmt(r['p5_us'])}, p95 {fmt(r['p95_us'])})", "—", None)
+
+    doc = {"meta": meta, "summary": summary, "flow": flow, "codec": codec, "render": render,
+           "table": [dict(zip(("measurement", "result", "target", "met"), r)) for r in rows]}
+    with open(a.out, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    md = [
+        f"Run: `{a.command}` — {meta.get('nproc')} CPUs ({meta.get('cpu_model')}), {meta.get('mem_total')}; "
+        f"{meta.get('nats_server')}; {meta.get('redis_server')}; load average {meta.get('loadavg_start')} → "
+        f"{meta.get('loadavg_end')}; run {fmt(a.run_seconds, 0)} s (flow part {fmt(meta.get('seconds'), 0)} s), "
+        f"build {fmt(a.build_seconds, 0)} s; repetitions {meta.get('reps')}.",
+        "",
+        "| Measurement | Result | Target | Met |",
+        "|---|---|---|---|",
+    ]
+    md += [f"| {n} | {r} | {t} | {m} |" for n, r, t, m in rows]
+    errors = {k: v["error"] for k, v in flow.items() if isinstance(v, dict) and "error" in v}
+    if errors:
+        md += ["", "Scenario errors: " + json.dumps(errors)]
+    with open(a.markdown, "w") as f:
+        f.write("\n".join(md) + "\n")
+
+
+if __name__ == "__main__":
+    main()

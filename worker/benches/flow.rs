@@ -1,0 +1,1092 @@
+//! Flow benchmarks against the broker's own ceiling (issue #12, measurements 1–8).
+//!
+//! One run starts its own `redis-server` and, per scenario, a fresh `nats-server -js` on
+//! private loopback ports (testkit), provisions each Flow in-process and runs one real
+//! `videoflow-worker` process per replica with the environment the control planes render —
+//! the same shape as the flow tests. It prints progress on stderr and writes one JSON
+//! document (`--out PATH`). Figures are measurements, never assertions.
+//!
+//! `scripts/bench [--quick]` is the documented entry point; by hand:
+//! `cargo bench -p videoflow-worker --bench flow -- [--quick] [--reps N] [--out FILE]`.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, consumer, stream};
+use futures::StreamExt;
+use serde_json::{Value as Json, json};
+use videoflow_core::compile::{CompiledFlow, compile};
+use videoflow_core::load::parse_flow;
+use videoflow_core::model::FlowDocument;
+use videoflow_core::naming;
+use videoflow_testkit::{NatsServer, RedisServer};
+use videoflow_worker::broker;
+use videoflow_worker::provision::{node_vars, provision};
+
+type R<T> = Result<T, String>;
+
+/// Command-line options.
+#[derive(Debug, Clone)]
+struct Opts {
+    quick: bool,
+    reps: usize,
+    out: Option<PathBuf>,
+}
+
+impl Opts {
+    fn parse() -> Self {
+        let mut o = Opts {
+            quick: false,
+            reps: 3,
+            out: None,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(a) = args.next() {
+            match a.as_str() {
+                "--quick" => o.quick = true,
+                "--reps" => o.reps = args.next().and_then(|v| v.parse().ok()).unwrap_or(3),
+                "--out" => o.out = args.next().map(PathBuf::from),
+                _ => {} // cargo bench passes `--bench`; ignore what we do not know
+            }
+        }
+        if o.quick {
+            o.reps = 1;
+        }
+        o
+    }
+
+    /// `full` in a full run, `quick` in a smoke run.
+    fn pick<T>(&self, full: T, quick: T) -> T {
+        if self.quick { quick } else { full }
+    }
+}
+
+fn log(msg: impl AsRef<str>) {
+    eprintln!("[bench] {}", msg.as_ref());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Machine and broker versions.
+
+fn first_line(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .ok()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_owned()
+        })
+        .unwrap_or_default()
+}
+
+fn proc_field(path: &str, key: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok()?.lines().find_map(|l| {
+        l.strip_prefix(key)
+            .map(|rest| rest.trim_start_matches([':', ' ', '\t']).trim().to_owned())
+    })
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn machine() -> Json {
+    let nats_bin = std::env::var("VF_NATS_SERVER_BIN").unwrap_or_else(|_| "nats-server".into());
+    let redis_bin = std::env::var("VF_REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
+    json!({
+        "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cpu_model": proc_field("/proc/cpuinfo", "model name").unwrap_or_default(),
+        "mem_total": proc_field("/proc/meminfo", "MemTotal").unwrap_or_default(),
+        "kernel": first_line("uname", &["-sr"]),
+        "loadavg_start": loadavg(),
+        "nats_server": first_line(&nats_bin, &["--version"]),
+        "redis_server": first_line(&redis_bin, &["--version"]),
+        "rustc": first_line("rustc", &["--version"]),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics.
+
+fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let pos = (s.len() - 1) as f64 * q;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    s[lo] + (s[hi] - s[lo]) * (pos - lo as f64)
+}
+
+/// `{median, min, max, values}` over repetitions.
+fn spread(v: &[f64]) -> Json {
+    json!({
+        "median": quantile(v, 0.5),
+        "min": v.iter().copied().fold(f64::INFINITY, f64::min),
+        "max": v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        "values": v,
+    })
+}
+
+/// Least-squares slope of `ys` over `xs`.
+fn slope(xs: &[f64], ys: &[f64]) -> f64 {
+    let n = xs.len() as f64;
+    let (mx, my) = (xs.iter().sum::<f64>() / n, ys.iter().sum::<f64>() / n);
+    let num: f64 = xs.iter().zip(ys).map(|(x, y)| (x - mx) * (y - my)).sum();
+    let den: f64 = xs.iter().map(|x| (x - mx) * (x - mx)).sum();
+    num / den
+}
+
+// ---------------------------------------------------------------------------------------------
+// /proc sampling of worker processes.
+
+fn clk_tck() -> f64 {
+    first_line("getconf", &["CLK_TCK"]).parse().unwrap_or(100.0)
+}
+
+/// `(cpu ticks user+system, VmRSS KiB, VmHWM KiB)` of a live process.
+fn sample_proc(pid: u32) -> Option<(u64, u64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(") ")?.1;
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    let kib = |key| {
+        proc_field(&format!("/proc/{pid}/status"), key)
+            .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
+            .unwrap_or(0)
+    };
+    Some((ticks, kib("VmRSS"), kib("VmHWM")))
+}
+
+// ---------------------------------------------------------------------------------------------
+// A Flow under measurement: its own nats-server, real worker processes.
+
+struct Proc {
+    node: String,
+    replica: i64,
+    child: Child,
+    spawned: Instant,
+    exit: Option<(Option<i32>, Instant)>,
+    ticks: u64,
+    rss_max_kib: u64,
+    hwm_kib: u64,
+}
+
+struct Bench {
+    nats: NatsServer,
+    dir: PathBuf,
+    doc: FlowDocument,
+    flow: CompiledFlow,
+    procs: Vec<Proc>,
+    client: Option<async_nats::Client>,
+}
+
+impl Bench {
+    fn new(rt: &tokio::runtime::Runtime, redis_url: &str, yaml: &str) -> R<Self> {
+        let nats = NatsServer::start().map_err(|e| e.to_string())?;
+        let dir = nats.dir().join("flow");
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let text = yaml
+            .replace("{{DIR}}", &dir.display().to_string())
+            .replace("{{REDIS}}", redis_url);
+        let doc = parse_flow(&text).map_err(|d| format!("flow does not parse: {d:?}"))?;
+        let flow = compile(&doc).map_err(|d| format!("flow does not compile: {d:?}"))?;
+        let url = nats.url();
+        let client = rt.block_on(async {
+            let b = broker::connect(&url).await.map_err(|e| e.to_string())?;
+            provision(&b, &doc, &flow)
+                .await
+                .map_err(|e| e.render().to_string())?;
+            Ok::<_, String>(b.client().clone())
+        })?;
+        Ok(Bench {
+            nats,
+            dir,
+            doc,
+            flow,
+            procs: Vec::new(),
+            client: Some(client),
+        })
+    }
+
+    fn client(&self) -> &async_nats::Client {
+        self.client.as_ref().expect("connected")
+    }
+
+    fn data_subject(&self, node: &str) -> String {
+        naming::data_subject(&self.flow.flow_id, &self.flow.run_id, node)
+    }
+
+    /// Starts every replica of `node` with `extra` variables.
+    fn spawn(&mut self, node: &str, extra: &[(&str, &str)]) -> R<()> {
+        let replicas = self
+            .flow
+            .nodes
+            .iter()
+            .find(|n| n.name == node)
+            .map(|n| n.nb_tasks)
+            .ok_or(format!("no node {node}"))?;
+        for replica in 0..replicas {
+            let vars = node_vars(&self.doc, &self.flow, node, replica, &self.nats.url())
+                .map_err(|e| e.render().to_string())?;
+            let log = File::create(self.dir.join(format!("{node}.{replica}.log")))
+                .map_err(|e| e.to_string())?;
+            let err = log.try_clone().map_err(|e| e.to_string())?;
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_videoflow-worker"));
+            cmd.env_clear()
+                .envs(vars)
+                .env(
+                    "VF_TERMINATION_LOG",
+                    self.dir.join(format!("{node}.{replica}.termination")),
+                )
+                .env("NO_COLOR", "1")
+                .env("VF_LOG", "info")
+                .envs(extra.iter().copied())
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(log))
+                .stderr(Stdio::from(err));
+            let child = cmd.spawn().map_err(|e| format!("spawn worker: {e}"))?;
+            self.procs.push(Proc {
+                node: node.to_owned(),
+                replica,
+                child,
+                spawned: Instant::now(),
+                exit: None,
+                ticks: 0,
+                rss_max_kib: 0,
+                hwm_kib: 0,
+            });
+        }
+        Ok(())
+    }
+
+    /// Samples every live process and reaps the ones that ended; returns how many still run.
+    fn poll(&mut self) -> usize {
+        let mut running = 0;
+        for p in &mut self.procs {
+            if p.exit.is_some() {
+                continue;
+            }
+            if let Some((ticks, rss, hwm)) = sample_proc(p.child.id()) {
+                p.ticks = p.ticks.max(ticks);
+                p.rss_max_kib = p.rss_max_kib.max(rss);
+                p.hwm_kib = p.hwm_kib.max(hwm);
+            }
+            match p.child.try_wait() {
+                Ok(Some(status)) => p.exit = Some((status.code(), Instant::now())),
+                Ok(None) => running += 1,
+                Err(_) => p.exit = Some((None, Instant::now())),
+            }
+        }
+        running
+    }
+
+    /// Polls every 10 ms until the matching processes ended; `false` on timeout.
+    fn wait_for(&mut self, timeout: Duration, which: impl Fn(&Proc) -> bool) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.poll();
+            if self
+                .procs
+                .iter()
+                .filter(|p| which(p))
+                .all(|p| p.exit.is_some())
+            {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn wait_all(&mut self, timeout: Duration) -> bool {
+        self.wait_for(timeout, |_| true)
+    }
+
+    /// Samples for `d`, every 10 ms.
+    fn idle(&mut self, d: Duration) {
+        let end = Instant::now() + d;
+        while Instant::now() < end {
+            self.poll();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn rss_now(&self, node: &str) -> Vec<u64> {
+        self.procs
+            .iter()
+            .filter(|p| p.node == node && p.exit.is_none())
+            .filter_map(|p| sample_proc(p.child.id()).map(|s| s.1))
+            .collect()
+    }
+
+    fn procs_of(&self, node: &str) -> impl Iterator<Item = &Proc> {
+        self.procs.iter().filter(move |p| p.node == node)
+    }
+
+    fn exits(&self) -> Json {
+        self.procs
+            .iter()
+            .map(|p| {
+                json!({
+                    "node": p.node, "replica": p.replica,
+                    "code": p.exit.and_then(|e| e.0),
+                    "termination": self.termination(&p.node, p.replica),
+                })
+            })
+            .collect()
+    }
+
+    fn all_ok(&self) -> bool {
+        self.procs
+            .iter()
+            .all(|p| matches!(p.exit, Some((Some(0), _))))
+    }
+
+    fn termination(&self, node: &str, replica: i64) -> Option<Json> {
+        let t =
+            std::fs::read_to_string(self.dir.join(format!("{node}.{replica}.termination"))).ok()?;
+        serde_json::from_str(&t).ok()
+    }
+
+    fn jsonl(&self, name: &str) -> Vec<Json> {
+        std::fs::read_to_string(self.dir.join(name))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        for p in &mut self.procs {
+            if p.exit.is_none() {
+                let _ = p.child.kill();
+                let _ = p.child.wait();
+            }
+        }
+    }
+}
+
+/// A plain NATS subscription counting what a node publishes (JetStream publications are NATS
+/// messages too): count, first and last arrival.
+#[derive(Clone, Default)]
+struct Watch {
+    count: Arc<AtomicU64>,
+    span: Arc<Mutex<Option<(Instant, Instant)>>>,
+}
+
+impl Watch {
+    fn start(rt: &tokio::runtime::Runtime, client: &async_nats::Client, subject: String) -> Self {
+        let w = Watch::default();
+        let (count, span) = (w.count.clone(), w.span.clone());
+        let client = client.clone();
+        rt.block_on(async move {
+            let mut sub = client.subscribe(subject).await.expect("subscribe");
+            client.flush().await.expect("flush");
+            tokio::spawn(async move {
+                while sub.next().await.is_some() {
+                    let now = Instant::now();
+                    count.fetch_add(1, Ordering::Relaxed);
+                    let mut s = span.lock().expect("lock");
+                    *s = Some(s.map_or((now, now), |(f, _)| (f, now)));
+                }
+            });
+        });
+        w
+    }
+
+    fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Messages per second between the first and the last arrival.
+    fn rate(&self) -> f64 {
+        let n = self.count();
+        match *self.span.lock().expect("lock") {
+            Some((f, l)) if n > 1 && l > f => (n - 1) as f64 / (l - f).as_secs_f64(),
+            _ => f64::NAN,
+        }
+    }
+
+    fn first(&self) -> Option<Instant> {
+        self.span.lock().expect("lock").map(|s| s.0)
+    }
+
+    fn last(&self) -> Option<Instant> {
+        self.span.lock().expect("lock").map(|s| s.1)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flow text.
+
+const HEADER: &str = "apiVersion: videoflow.io/v1alpha1\nkind: Flow\nmetadata: {name: bench}\n";
+
+fn frames_node(name: &str, w: u64, h: u64, c: u64, count: u64, fps: Option<f64>) -> String {
+    let fps = fps.map(|f| format!(", fps: {f}")).unwrap_or_default();
+    format!(
+        "  - name: {name}\n    kind: producer\n    component: {{builtin: videoflow.rs.producers.SyntheticFrameProducer}}\n    params: {{width: {w}, height: {h}, channels: {c}, count: {count}{fps}}}\n"
+    )
+}
+
+fn identity_node(name: &str, parent: &str) -> String {
+    format!(
+        "  - name: {name}\n    kind: processor\n    parents: [{parent}]\n    component: {{builtin: videoflow.processors.basic.IdentityProcessor}}\n"
+    )
+}
+
+fn service_node(name: &str, parent: &str, ms: u64, replicas: u64) -> String {
+    format!(
+        "  - name: {name}\n    kind: processor\n    parents: [{parent}]\n    replicas: {replicas}\n    component: {{builtin: videoflow.rs.processors.ServiceTimeProcessor}}\n    params: {{ms: {ms}, mode: sleep}}\n"
+    )
+}
+
+fn void_node(name: &str, parent: &str) -> String {
+    format!(
+        "  - name: {name}\n    kind: consumer\n    parents: [{parent}]\n    component: {{builtin: videoflow.consumers.basic.VoidConsumer}}\n"
+    )
+}
+
+fn jsonl_node(name: &str, parent: &str) -> String {
+    format!(
+        "  - name: {name}\n    kind: consumer\n    parents: [{parent}]\n    component: {{builtin: videoflow.rs.consumers.JsonlSink}}\n    params: {{path: \"{{{{DIR}}}}/out.jsonl\"}}\n"
+    )
+}
+
+fn flow_yaml(kind: &str, store: bool, nodes: &[String]) -> String {
+    let store = if store {
+        "  payloadStore: {url: \"{{REDIS}}\"}\n"
+    } else {
+        ""
+    };
+    format!(
+        "{HEADER}spec:\n  type: {kind}\n{store}  nodes:\n{}",
+        nodes.concat()
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// (1) The broker ceiling with a raw client.
+
+const KIB: usize = 1024;
+
+async fn ceiling_once(url: &str, n: usize) -> R<Json> {
+    let client = async_nats::connect(url).await.map_err(|e| e.to_string())?;
+    let js = jetstream::new(client.clone());
+    let mk = |name: &str, subject: &str| stream::Config {
+        name: name.to_owned(),
+        subjects: vec![subject.to_owned()],
+        duplicate_window: Duration::from_secs(120),
+        ..Default::default()
+    };
+    let s_in = js
+        .get_or_create_stream(mk("CEIL_IN", "ceil.in"))
+        .await
+        .map_err(|e| e.to_string())?;
+    js.get_or_create_stream(mk("CEIL_OUT", "ceil.out"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let payload = bytes::Bytes::from(vec![7u8; KIB]);
+    const WINDOW: usize = 256;
+    const BATCH: usize = 256;
+
+    // (a) async publish, a window of pub-acks in flight, each with a message id.
+    let t = Instant::now();
+    let mut inflight = std::collections::VecDeque::new();
+    for i in 0..n {
+        let mut h = async_nats::HeaderMap::new();
+        h.insert("Nats-Msg-Id", format!("in-{i}").as_str());
+        let f = js
+            .publish_with_headers("ceil.in", h, payload.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        inflight.push_back(f);
+        if inflight.len() >= WINDOW
+            && let Some(f) = inflight.pop_front()
+        {
+            f.await.map_err(|e| e.to_string())?;
+        }
+    }
+    for f in inflight.drain(..) {
+        f.await.map_err(|e| e.to_string())?;
+    }
+    let publish = n as f64 / t.elapsed().as_secs_f64();
+
+    let consumer_cfg = |name: &str| consumer::pull::Config {
+        durable_name: Some(name.to_owned()),
+        ack_policy: consumer::AckPolicy::Explicit,
+        max_ack_pending: 4096,
+        ..Default::default()
+    };
+
+    // (b) batched fetch + ack (plain acks, not awaited confirmations).
+    let c = s_in
+        .create_consumer(consumer_cfg("fetchack"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let mut got = 0;
+    while got < n {
+        let mut batch = c
+            .fetch()
+            .max_messages(BATCH)
+            .messages()
+            .await
+            .map_err(|e| e.to_string())?;
+        while let Some(m) = batch.next().await {
+            let m = m.map_err(|e| e.to_string())?;
+            m.ack().await.map_err(|e| e.to_string())?;
+            got += 1;
+        }
+    }
+    let fetch_ack = n as f64 / t.elapsed().as_secs_f64();
+
+    // (c) ideal pipelined hop: fetch a batch → publish each with a message id → ack the
+    // input once its pub-ack arrived; a window of publications in flight.
+    let c = s_in
+        .create_consumer(consumer_cfg("hop"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let mut got = 0;
+    let mut inflight = std::collections::VecDeque::new();
+    while got < n {
+        let mut batch = c
+            .fetch()
+            .max_messages(BATCH)
+            .messages()
+            .await
+            .map_err(|e| e.to_string())?;
+        while let Some(m) = batch.next().await {
+            let m = m.map_err(|e| e.to_string())?;
+            let mut h = async_nats::HeaderMap::new();
+            h.insert("Nats-Msg-Id", format!("out-{got}").as_str());
+            let f = js
+                .publish_with_headers("ceil.out", h, m.payload.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            inflight.push_back((f, m));
+            got += 1;
+            if inflight.len() >= WINDOW
+                && let Some((f, m)) = inflight.pop_front()
+            {
+                f.await.map_err(|e| e.to_string())?;
+                m.ack().await.map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    for (f, m) in inflight.drain(..) {
+        f.await.map_err(|e| e.to_string())?;
+        m.ack().await.map_err(|e| e.to_string())?;
+    }
+    let ideal_hop = n as f64 / t.elapsed().as_secs_f64();
+
+    // (d) the same hop in the worker's current shape, for diagnosis: one fetch per message,
+    // publish and wait for its pub-ack, then an ack confirmed by the server, all serial.
+    let c = s_in
+        .create_consumer(consumer_cfg("serial"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let serial_n = n.min(5000);
+    let t = Instant::now();
+    for i in 0..serial_n {
+        let mut batch = c
+            .fetch()
+            .max_messages(1)
+            .messages()
+            .await
+            .map_err(|e| e.to_string())?;
+        let Some(m) = batch.next().await else {
+            continue;
+        };
+        let m = m.map_err(|e| e.to_string())?;
+        let mut h = async_nats::HeaderMap::new();
+        h.insert("Nats-Msg-Id", format!("serial-{i}").as_str());
+        js.publish_with_headers("ceil.out", h, m.payload.clone())
+            .await
+            .map_err(|e| e.to_string())?
+            .await
+            .map_err(|e| e.to_string())?;
+        m.double_ack().await.map_err(|e| e.to_string())?;
+    }
+    let serial_hop = serial_n as f64 / t.elapsed().as_secs_f64();
+    Ok(json!({
+        "publish_msgs_s": publish,
+        "fetch_ack_msgs_s": fetch_ack,
+        "ideal_hop_msgs_s": ideal_hop,
+        "serial_hop_msgs_s": serial_hop,
+    }))
+}
+
+fn ceiling(rt: &tokio::runtime::Runtime, o: &Opts) -> R<Json> {
+    let n = o.pick(20_000, 5_000);
+    let mut runs = Vec::new();
+    for rep in 0..o.reps {
+        let nats = NatsServer::start().map_err(|e| e.to_string())?;
+        let r = rt.block_on(ceiling_once(&nats.url(), n))?;
+        log(format!("ceiling rep {rep}: {r}"));
+        runs.push(r);
+    }
+    let col = |k: &str| -> Vec<f64> { runs.iter().filter_map(|r| r[k].as_f64()).collect() };
+    Ok(json!({
+        "n": n, "payload_bytes": KIB, "window": 256, "batch": 256,
+        "publish_msgs_s": spread(&col("publish_msgs_s")),
+        "fetch_ack_msgs_s": spread(&col("fetch_ack_msgs_s")),
+        "ideal_hop_msgs_s": spread(&col("ideal_hop_msgs_s")),
+        "serial_hop_msgs_s": spread(&col("serial_hop_msgs_s")),
+        "serial_hop_n": n.min(5000),
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// (2) + (8) Identity hop throughput, CPU and RSS.
+
+fn cpu_ms(p: &Proc, tck: f64) -> f64 {
+    p.ticks as f64 * 1000.0 / tck
+}
+
+fn identity_once(rt: &tokio::runtime::Runtime, redis: &str, n: u64, tck: f64) -> R<Json> {
+    // 1 KiB frames: 32 × 32 × 1 uint8.
+    let yaml = flow_yaml(
+        "batch",
+        false,
+        &[
+            frames_node("src", 32, 32, 1, n, None),
+            identity_node("same", "src"),
+            void_node("sink", "same"),
+        ],
+    );
+    let mut b = Bench::new(rt, redis, &yaml)?;
+    let w_src = Watch::start(rt, b.client(), b.data_subject("src"));
+    let w_same = Watch::start(rt, b.client(), b.data_subject("same"));
+    // The stages first, then the producer: a BATCH stream holds at most 10 000 messages
+    // (STREAM-3, discard new), so n ≥ 20 000 cannot be prefilled; the producer is ~3× faster
+    // than the hop, so the identity stage always has a backlog and sets the pace.
+    b.spawn("same", &[])?;
+    b.spawn("sink", &[])?;
+    b.idle(Duration::from_secs(2));
+    b.spawn("src", &[])?;
+    let ok = b.wait_all(Duration::from_secs(300));
+    let get = |node: &str| b.procs_of(node).next();
+    let (src, same, sink) = (get("src"), get("same"), get("sink"));
+    let span = |p: Option<&Proc>| {
+        p.and_then(|p| p.exit.map(|e| (e.1 - p.spawned).as_secs_f64()))
+            .unwrap_or(f64::NAN)
+    };
+    let sink_rate = n as f64 / span(sink);
+    Ok(json!({
+        "ok": ok && b.all_ok(),
+        "published_by_identity": w_same.count(),
+        "producer_msgs_s": w_src.rate(),
+        "identity_msgs_s": w_same.rate(),
+        "sink_process_span_s": span(sink),
+        "sink_msgs_s_incl_startup": sink_rate,
+        "cpu_ms_per_1000": {
+            "producer": src.map(|p| cpu_ms(p, tck) * 1000.0 / n as f64),
+            "identity": same.map(|p| cpu_ms(p, tck) * 1000.0 / n as f64),
+            "sink": sink.map(|p| cpu_ms(p, tck) * 1000.0 / n as f64),
+        },
+        "rss_max_kib": {
+            "producer": src.map(|p| p.rss_max_kib), "identity": same.map(|p| p.rss_max_kib),
+            "sink": sink.map(|p| p.rss_max_kib),
+        },
+        "hwm_kib": {
+            "producer": src.map(|p| p.hwm_kib), "identity": same.map(|p| p.hwm_kib),
+            "sink": sink.map(|p| p.hwm_kib),
+        },
+        "exits": b.exits(),
+    }))
+}
+
+fn identity(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f64) -> R<Json> {
+    let n = o.pick(20_000, 3_000);
+    let mut runs = Vec::new();
+    for rep in 0..o.reps {
+        let r = identity_once(rt, redis, n, tck)?;
+        log(format!(
+            "identity rep {rep}: identity {:.0} msg/s, producer {:.0} msg/s, ok {}",
+            r["identity_msgs_s"].as_f64().unwrap_or(f64::NAN),
+            r["producer_msgs_s"].as_f64().unwrap_or(f64::NAN),
+            r["ok"]
+        ));
+        runs.push(r);
+    }
+    let col =
+        |f: &dyn Fn(&Json) -> Option<f64>| -> Vec<f64> { runs.iter().filter_map(f).collect() };
+    Ok(json!({
+        "n": n, "payload_bytes": KIB,
+        "identity_msgs_s": spread(&col(&|r| r["identity_msgs_s"].as_f64())),
+        "producer_msgs_s": spread(&col(&|r| r["producer_msgs_s"].as_f64())),
+        "sink_msgs_s_incl_startup": spread(&col(&|r| r["sink_msgs_s_incl_startup"].as_f64())),
+        "cpu_ms_per_1000_identity": spread(&col(&|r| r["cpu_ms_per_1000"]["identity"].as_f64())),
+        "cpu_ms_per_1000_producer": spread(&col(&|r| r["cpu_ms_per_1000"]["producer"].as_f64())),
+        "cpu_ms_per_1000_sink": spread(&col(&|r| r["cpu_ms_per_1000"]["sink"].as_f64())),
+        "rss_steady_identity_kib": spread(&col(&|r| r["rss_max_kib"]["identity"].as_f64())),
+        "runs": runs,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// (3) + (7) + (8 idle) Per-hop latency at 50 msg/s and the end-of-stream drain per depth.
+
+fn latency_depth(rt: &tokio::runtime::Runtime, redis: &str, depth: usize, count: u64) -> R<Json> {
+    let mut nodes = vec![frames_node("src", 32, 32, 1, count, Some(50.0))];
+    let mut parent = "src".to_owned();
+    for i in 1..=depth {
+        let name = format!("hop{i}");
+        nodes.push(identity_node(&name, &parent));
+        parent = name;
+    }
+    nodes.push(jsonl_node("sink", &parent));
+    let mut b = Bench::new(rt, redis, &flow_yaml("batch", false, &nodes))?;
+    for i in 1..=depth {
+        b.spawn(&format!("hop{i}"), &[])?;
+    }
+    b.spawn("sink", &[])?;
+    // Let every stage start and settle: the idle RSS is read now.
+    b.idle(Duration::from_secs(2));
+    let idle_rss: Vec<u64> = (1..=depth)
+        .flat_map(|i| b.rss_now(&format!("hop{i}")))
+        .chain(b.rss_now("sink"))
+        .collect();
+    b.spawn("src", &[])?;
+    let ok = b.wait_all(Duration::from_secs(120));
+    let out = b.jsonl("out.jsonl");
+    // The first 10 % are warm-up (connections, first fetches).
+    let skip = out.len() / 10;
+    let lat: Vec<f64> = out
+        .iter()
+        .skip(skip)
+        .filter_map(|r| Some(r["arrival_ts"].as_f64()? - r["event_ts"].as_f64()?))
+        .map(|s| s * 1000.0)
+        .collect();
+    let exit_of = |node: &str| b.procs_of(node).next().and_then(|p| p.exit.map(|e| e.1));
+    let drain = match (exit_of("src"), exit_of("sink")) {
+        (Some(p), Some(s)) if s > p => (s - p).as_secs_f64(),
+        _ => f64::NAN,
+    };
+    Ok(json!({
+        "depth": depth, "count": count, "delivered": out.len(), "ok": ok && b.all_ok(),
+        "median_ms": quantile(&lat, 0.5), "p95_ms": quantile(&lat, 0.95),
+        "max_ms": quantile(&lat, 1.0),
+        "drain_s": drain,
+        "idle_rss_kib": idle_rss,
+        "exits": if ok && b.all_ok() { Json::Null } else { b.exits() },
+    }))
+}
+
+fn latency(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts) -> R<Json> {
+    let count = o.pick(200, 60);
+    let depths = [1usize, 2, 4, 8];
+    let mut rows = Vec::new();
+    for d in depths {
+        let r = latency_depth(rt, redis, d, count)?;
+        log(format!(
+            "latency depth {d}: median {:.2} ms p95 {:.2} ms drain {:.2} s ok {}",
+            r["median_ms"].as_f64().unwrap_or(f64::NAN),
+            r["p95_ms"].as_f64().unwrap_or(f64::NAN),
+            r["drain_s"].as_f64().unwrap_or(f64::NAN),
+            r["ok"]
+        ));
+        rows.push(r);
+    }
+    let xs: Vec<f64> = depths.iter().map(|d| *d as f64).collect();
+    let med: Vec<f64> = rows
+        .iter()
+        .map(|r| r["median_ms"].as_f64().unwrap_or(f64::NAN))
+        .collect();
+    let p95: Vec<f64> = rows
+        .iter()
+        .map(|r| r["p95_ms"].as_f64().unwrap_or(f64::NAN))
+        .collect();
+    let drain: Vec<f64> = rows
+        .iter()
+        .map(|r| r["drain_s"].as_f64().unwrap_or(f64::NAN))
+        .collect();
+    Ok(json!({
+        "rate_msgs_s": 50, "count": count, "payload_bytes": KIB,
+        "marginal_median_ms_per_hop": slope(&xs, &med),
+        "marginal_p95_ms_per_hop": slope(&xs, &p95),
+        "marginal_drain_s_per_hop": slope(&xs, &drain),
+        "depths": rows,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// (4) REALTIME overload.
+
+fn overload(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts) -> R<Json> {
+    let count = o.pick(500, 200);
+    let yaml = flow_yaml(
+        "realtime",
+        false,
+        &[
+            frames_node("src", 32, 32, 1, count, Some(100.0)),
+            service_node("slow", "src", 25, 1),
+            jsonl_node("sink", "slow"),
+        ],
+    );
+    let mut b = Bench::new(rt, redis, &yaml)?;
+    let w_src = Watch::start(rt, b.client(), b.data_subject("src"));
+    b.spawn("slow", &[])?;
+    b.spawn("sink", &[])?;
+    b.idle(Duration::from_secs(2));
+    b.spawn("src", &[])?;
+    let ok = b.wait_all(Duration::from_secs(120));
+    let out = b.jsonl("out.jsonl");
+    let lat: Vec<f64> = out
+        .iter()
+        .filter_map(|r| Some(r["arrival_ts"].as_f64()? - r["event_ts"].as_f64()?))
+        .map(|s| s * 1000.0)
+        .collect();
+    let producer_span = match (w_src.first(), w_src.last()) {
+        (Some(f), Some(l)) => (l - f).as_secs_f64(),
+        _ => f64::NAN,
+    };
+    let r = json!({
+        "rate_msgs_s": 100, "service_ms": 25, "count": count, "ok": ok && b.all_ok(),
+        "published": w_src.count(),
+        "producer_span_s": producer_span, "paced_span_s": count as f64 / 100.0,
+        "delivered": out.len(),
+        "delivered_fraction": out.len() as f64 / count as f64,
+        "stage_capacity_fraction": 40.0 / 100.0,
+        "median_ms": quantile(&lat, 0.5), "p95_ms": quantile(&lat, 0.95),
+        "latency_over_service": quantile(&lat, 0.5) / 25.0,
+        "exits": if ok && b.all_ok() { Json::Null } else { b.exits() },
+    });
+    log(format!("overload: {r}"));
+    Ok(r)
+}
+
+// ---------------------------------------------------------------------------------------------
+// (5) Replica scaling of a sleeping 20 ms stage.
+
+fn scaling(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts) -> R<Json> {
+    let mut rows = Vec::new();
+    for k in [1u64, 2, 4, 8] {
+        // About 4 s (quick 1.5 s) of work at the ideal rate of k × 50 msg/s.
+        let count = o.pick(200, 75) * k;
+        let yaml = flow_yaml(
+            "batch",
+            false,
+            &[
+                frames_node("src", 32, 32, 1, count, None),
+                service_node("stage", "src", 20, k),
+                void_node("sink", "stage"),
+            ],
+        );
+        let mut b = Bench::new(rt, redis, &yaml)?;
+        let w = Watch::start(rt, b.client(), b.data_subject("stage"));
+        b.spawn("stage", &[])?;
+        b.spawn("sink", &[])?;
+        b.idle(Duration::from_secs(2));
+        b.spawn("src", &[])?;
+        let ok = b.wait_all(Duration::from_secs(180));
+        let rate = w.rate();
+        let ideal = k as f64 * 1000.0 / 20.0;
+        let r = json!({
+            "k": k, "count": count, "ok": ok && b.all_ok(), "published": w.count(),
+            "msgs_s": rate, "ideal_msgs_s": ideal, "efficiency": rate / ideal,
+        });
+        log(format!("scaling: {r}"));
+        rows.push(r);
+    }
+    Ok(json!({"service_ms": 20, "mode": "sleep", "rows": rows}))
+}
+
+// ---------------------------------------------------------------------------------------------
+// (6) Payload sweep, inline vs payload store; the inline path at the broker's max payload.
+
+fn sweep_one(
+    rt: &tokio::runtime::Runtime,
+    redis: &str,
+    (w, h, c): (u64, u64, u64),
+    store: bool,
+    budget_bytes: u64,
+) -> R<Json> {
+    let size = w * h * c;
+    let count = (budget_bytes / size).clamp(8, 2000);
+    let yaml = flow_yaml(
+        "batch",
+        store,
+        &[
+            frames_node("src", w, h, c, count, None),
+            identity_node("same", "src"),
+            void_node("sink", "same"),
+        ],
+    );
+    let mut b = Bench::new(rt, redis, &yaml)?;
+    // The payload store path: every payload offloaded (threshold 0), whatever its size.
+    let extra: &[(&str, &str)] = if store {
+        &[("VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES", "0")]
+    } else {
+        &[]
+    };
+    let w_same = Watch::start(rt, b.client(), b.data_subject("same"));
+    b.spawn("same", extra)?;
+    b.spawn("sink", extra)?;
+    b.idle(Duration::from_secs(1));
+    b.spawn("src", extra)?;
+    let ok = b.wait_all(Duration::from_secs(180));
+    let rate = w_same.rate();
+    let same = b.procs_of("same").next();
+    Ok(json!({
+        "bytes": size, "shape": [h, w, c], "store": store, "count": count,
+        "ok": ok && b.all_ok(), "published": w_same.count(),
+        "msgs_s": rate, "mb_s": rate * size as f64 / 1e6,
+        "identity_hwm_kib": same.map(|p| p.hwm_kib),
+        "exits": if ok && b.all_ok() { Json::Null } else { b.exits() },
+    }))
+}
+
+fn max_payload_failure(rt: &tokio::runtime::Runtime, redis: &str) -> R<Json> {
+    // The default nats-server max_payload is 1 MiB: a 1 MiB tensor inline, no payload store.
+    let yaml = flow_yaml(
+        "batch",
+        false,
+        &[
+            frames_node("src", 1024, 1024, 1, 5, None),
+            identity_node("same", "src"),
+            void_node("sink", "same"),
+        ],
+    );
+    let mut b = Bench::new(rt, redis, &yaml)?;
+    let max_payload = b.client().server_info().max_payload;
+    b.spawn("same", &[])?;
+    b.spawn("sink", &[])?;
+    b.idle(Duration::from_secs(1));
+    let t0 = Instant::now();
+    b.spawn("src", &[])?;
+    let ended = b.wait_all(Duration::from_secs(60));
+    let elapsed = t0.elapsed().as_secs_f64();
+    let src = b.procs_of("src").next();
+    let r = json!({
+        "max_payload": max_payload, "frame_bytes": 1024 * 1024,
+        "terminated": ended, "hang": !ended,
+        "seconds_to_all_exited": if ended { json!(elapsed) } else { Json::Null },
+        "producer_seconds_to_exit": src.and_then(|p| p.exit.map(|e| (e.1 - p.spawned).as_secs_f64())),
+        "producer_code": src.and_then(|p| p.exit.and_then(|e| e.0)),
+        "producer_termination": b.termination("src", 0),
+        "exits": b.exits(),
+    });
+    log(format!("max payload inline: {r}"));
+    Ok(r)
+}
+
+fn sweep(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts) -> R<Json> {
+    let budget = o.pick(48, 8) * 1024 * 1024;
+    let inline_sizes: &[(u64, u64, u64)] =
+        &[(1024, 1, 1), (1024, 64, 1), (1024, 256, 1), (1000, 500, 1)];
+    let store_sizes: &[(u64, u64, u64)] = &[
+        (1024, 1, 1),
+        (1024, 64, 1),
+        (1000, 500, 1),
+        (1024, 1024, 2),
+        (1920, 1080, 3),
+        (1024, 1024, 6),
+    ];
+    let mut rows = Vec::new();
+    for (sizes, store) in [(inline_sizes, false), (store_sizes, true)] {
+        for &dims in sizes {
+            let r = sweep_one(rt, redis, dims, store, budget)?;
+            log(format!(
+                "sweep {} {} B: {:.1} MB/s ({:.0} msg/s) ok {}",
+                if store { "store" } else { "inline" },
+                r["bytes"],
+                r["mb_s"].as_f64().unwrap_or(f64::NAN),
+                r["msgs_s"].as_f64().unwrap_or(f64::NAN),
+                r["ok"]
+            ));
+            rows.push(r);
+        }
+    }
+    Ok(json!({"rows": rows, "inline_at_max_payload": max_payload_failure(rt, redis)?}))
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn main() {
+    let o = Opts::parse();
+    let started = Instant::now();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let tck = clk_tck();
+    let mut meta = machine();
+    let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let redis_url = redis.url();
+    log(format!("machine: {meta}"));
+    let mut results = serde_json::Map::new();
+    type Scenario<'a> = (&'a str, Box<dyn Fn() -> R<Json> + 'a>);
+    let scenarios: Vec<Scenario> = vec![
+        ("ceiling", Box::new(|| ceiling(&rt, &o))),
+        (
+            "identity_hop",
+            Box::new(|| identity(&rt, &redis_url, &o, tck)),
+        ),
+        ("latency", Box::new(|| latency(&rt, &redis_url, &o))),
+        (
+            "realtime_overload",
+            Box::new(|| overload(&rt, &redis_url, &o)),
+        ),
+        ("scaling", Box::new(|| scaling(&rt, &redis_url, &o))),
+        ("payload_sweep", Box::new(|| sweep(&rt, &redis_url, &o))),
+    ];
+    let only: Option<Vec<String>> = std::env::var("VF_BENCH_ONLY")
+        .ok()
+        .map(|v| v.split(',').map(str::to_owned).collect());
+    for (name, f) in scenarios {
+        if only.as_ref().is_some_and(|o| !o.iter().any(|x| x == name)) {
+            continue;
+        }
+        let t = Instant::now();
+        log(format!("== {name}"));
+        let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => json!({"error": e}),
+            Err(_) => json!({"error": "panicked"}),
+        };
+        let mut r = r;
+        if let Some(m) = r.as_object_mut() {
+            m.insert("scenario_seconds".into(), json!(t.elapsed().as_secs_f64()));
+        }
+        results.insert(name.to_owned(), r);
+    }
+    meta["loadavg_end"] = json!(loadavg());
+    meta["quick"] = json!(o.quick);
+    meta["reps"] = json!(o.reps);
+    meta["seconds"] = json!(started.elapsed().as_secs_f64());
+    let doc = json!({"meta": meta, "flow": results});
+    let text = serde_json::to_string_pretty(&doc).expect("json");
+    match &o.out {
+        Some(path) => {
+            if let Some(dir) = Path::new(path).parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            std::fs::write(path, text + "\n").expect("write results");
+            log(format!("wrote {}", path.display()));
+        }
+        None => println!("{text}"),
+    }
+}

@@ -1,0 +1,104 @@
+//! Components in any language (design §5 "exec", issue #10): the exec host.
+//!
+//! An exec node's computation is a separate program — Python with the SDK in `sdk/python`,
+//! or anything that speaks the component protocol (`core/proto/videoflow/component/v1/
+//! component.proto`, [`videoflow_core::component`]). The worker keeps every broker duty
+//! (ids, acks, joins, drain, dead letters, metrics): it starts the program, hands it one group
+//! at a time over a Unix domain socket and publishes what it returns.
+//!
+//! - [`frame`] — length-prefixed frames on the socket.
+//! - [`host`] — [`ComponentHost`]: start, accept, Hello and version negotiation, per-call
+//!   deadlines, crash detection, close.
+//! - [`nodes`] — [`ExecProducer`], [`ExecProcessor`], [`ExecConsumer`]: the node traits over
+//!   a host, so the runtime's loops run exec nodes unchanged.
+//!
+//! **Where the command comes from.** On Kubernetes the operator renders
+//! `videoflow-worker exec -- <argv>` (the worker binary copied into the user's image); the
+//! subcommand puts `argv` into [`COMMAND_VAR`]. The control planes also render
+//! [`COMMAND_VAR`] from the compiled node (`core::env`), which is how the local runner's
+//! workers, started without a subcommand, find it.
+//!
+//! **A component that dies is `VF_WORKER_FATAL`.** The runtime's ladder hands the group in
+//! flight back (NAK) and the worker exits 4; the platform (Kubernetes, or the local runner's
+//! restarts) starts a fresh worker with a fresh component, which gets the input again.
+//!
+//! **One request in flight.** The runtime's loop handles one group at a time, so the host
+//! sends one request and waits for its result. The protocol already carries request ids and
+//! `Hello.max_in_flight`, so a pipelining loop can keep several outstanding without a protocol
+//! change.
+
+pub mod frame;
+pub mod host;
+pub mod nodes;
+
+use std::collections::BTreeMap;
+
+use videoflow_core::component::proto::NodeIdentity;
+use videoflow_core::errors::{ErrorCode, VfError};
+use videoflow_core::model::NodeKind;
+
+pub use host::{CALL_TIMEOUT_VAR, ComponentHost, HostOptions, SOCKET_VAR, START_TIMEOUT_VAR};
+pub use nodes::{ExecConsumer, ExecNode, ExecProcessor, ExecProducer};
+
+use crate::config::WorkerConfig;
+use crate::nodes::{BuiltNode, ConsumerOptions};
+
+/// The exec component's program and arguments, a JSON array of strings.
+pub const COMMAND_VAR: &str = "VF_COMPONENT_COMMAND_JSON";
+
+/// The component command from [`COMMAND_VAR`]; `None` when unset or empty.
+pub fn command_from_env(vars: &BTreeMap<String, String>) -> Result<Option<Vec<String>>, VfError> {
+    let Some(text) = vars.get(COMMAND_VAR).filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    match serde_json::from_str::<Vec<String>>(text) {
+        Ok(argv) if argv.first().is_some_and(|p| !p.is_empty()) => Ok(Some(argv)),
+        _ => Err(VfError::new(
+            ErrorCode::Config,
+            format!("{COMMAND_VAR} must be a non-empty JSON array of strings, got {text}."),
+        )
+        .with_remedy("Set component.exec.command in the Flow; the control planes render this variable from it.")
+        .with_context("variable", COMMAND_VAR)),
+    }
+}
+
+/// START-1 step 5 for an exec node: starts the component (Hello, version) and wraps it in the
+/// node family `cfg.kind` names. `open` is sent later, when the loop opens the node.
+pub fn build_exec_node(
+    cfg: &WorkerConfig,
+    vars: &BTreeMap<String, String>,
+    argv: &[String],
+) -> Result<BuiltNode, VfError> {
+    let opts = HostOptions::from_env(vars)?;
+    let host = tokio::task::block_in_place(|| ComponentHost::start(argv, opts))?;
+    let identity = NodeIdentity {
+        flow_id: cfg.flow_id.clone(),
+        run_id: cfg.run_id.clone(),
+        node_name: cfg.node_name.clone(),
+        kind: cfg.kind.as_str().to_owned(),
+        replica_id: u32::try_from(cfg.replica_id()).unwrap_or(0),
+        nb_tasks: u32::try_from(cfg.nb_tasks).unwrap_or(1),
+        parents: cfg.parent_names.clone(),
+        has_children: cfg.has_children,
+    };
+    let params = serde_json::Value::Object(cfg.node_params.clone()).to_string();
+    let node = ExecNode::new(host, identity, params);
+    Ok(match cfg.kind {
+        NodeKind::Producer => BuiltNode::Producer(Box::new(ExecProducer(node))),
+        NodeKind::Processor => BuiltNode::Processor(Box::new(ExecProcessor(node))),
+        NodeKind::Consumer => BuiltNode::Consumer {
+            node: Box::new(ExecConsumer(node)),
+            options: ConsumerOptions {
+                metadata: false,
+                idempotent: cfg
+                    .node_params
+                    .get("idempotent")
+                    .and_then(serde_json::Value::as_bool)
+                    .unwrap_or(false),
+            },
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests;

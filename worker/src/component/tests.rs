@@ -1,0 +1,319 @@
+//! The host against a scripted component: a shell process stands in for the program (it
+//! writes the socket path to a file and lives until told to stop) and a test thread speaks
+//! the protocol on the socket, so handshake, deadlines and crashes are exercised without any
+//! SDK.
+
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use videoflow_core::component::proto::{
+    ComponentMessage, Hello, Output, Payload as WirePayload, Result as CallResult, WorkerMessage,
+    component_message, worker_message::Body,
+};
+use videoflow_core::errors::ErrorCode;
+
+use super::frame::{read_frame, write_frame};
+use super::*;
+
+/// A scratch directory per test.
+fn scratch() -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "vf-host-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch");
+    dir
+}
+
+/// The stand-in program: records `$VF_COMPONENT_SOCKET` in `dir/socket`, then waits for
+/// `dir/done` and exits with `code`.
+fn program(dir: &Path, code: i32) -> Vec<String> {
+    let script = format!(
+        "printf %s \"$VF_COMPONENT_SOCKET\" > '{d}/socket.tmp' && mv '{d}/socket.tmp' '{d}/socket'; \
+         while [ ! -e '{d}/done' ]; do sleep 0.02; done; exit {code}",
+        d = dir.display()
+    );
+    vec!["sh".into(), "-c".into(), script]
+}
+
+/// Connects as the component once the program has published the socket path.
+fn connect(dir: &Path) -> UnixStream {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(path) = std::fs::read_to_string(dir.join("socket"))
+            && let Ok(s) = UnixStream::connect(path.trim())
+        {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the program never published its socket"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn hello(versions: Vec<u32>) -> ComponentMessage {
+    ComponentMessage {
+        body: Some(component_message::Body::Hello(Hello {
+            protocol_versions: versions,
+            pid: std::process::id(),
+            sdk: "test".into(),
+            ..Hello::default()
+        })),
+    }
+}
+
+fn result(r: CallResult) -> ComponentMessage {
+    ComponentMessage {
+        body: Some(component_message::Body::Result(r)),
+    }
+}
+
+fn recv(s: &mut UnixStream) -> WorkerMessage {
+    read_frame(s).expect("reads").expect("a request")
+}
+
+/// Runs `script` as the component on the socket, then lets the program exit.
+fn component(dir: &Path, script: impl FnOnce(&mut UnixStream) + Send + 'static) -> JoinHandle<()> {
+    let dir = dir.to_path_buf();
+    std::thread::spawn(move || {
+        let mut s = connect(&dir);
+        script(&mut s);
+        let _ = std::fs::write(dir.join("done"), b"");
+    })
+}
+
+fn quick() -> HostOptions {
+    HostOptions {
+        start_timeout: Duration::from_secs(10),
+        call_timeout: Some(Duration::from_secs(10)),
+    }
+}
+
+#[test]
+fn handshake_open_process_close() {
+    let dir = scratch();
+    let peer = component(&dir, |s| {
+        write_frame(s, &hello(vec![1, 9])).expect("hello");
+        let open = recv(s);
+        assert_eq!(open.request_id, 1);
+        let Some(Body::Open(o)) = open.body else {
+            panic!("open first: {open:?}")
+        };
+        assert_eq!(o.protocol_version, 1, "highest common version");
+        assert_eq!(o.params_json, "{\"x\":1}");
+        write_frame(
+            s,
+            &result(CallResult {
+                request_id: 1,
+                ..CallResult::default()
+            }),
+        )
+        .expect("open result");
+        let req = recv(s);
+        assert_eq!(req.request_id, 2, "request ids increase");
+        let Some(Body::Process(p)) = req.body else {
+            panic!("process: {req:?}")
+        };
+        assert_eq!(p.input_key, "k");
+        write_frame(
+            s,
+            &result(CallResult {
+                request_id: 2,
+                output: Some(Output {
+                    payload: Some(WirePayload {
+                        payload_type: "my.Type".into(),
+                        data: vec![1, 2, 3],
+                    }),
+                    ..Output::default()
+                }),
+                ..CallResult::default()
+            }),
+        )
+        .expect("process result");
+        let close = recv(s);
+        assert!(matches!(close.body, Some(Body::Close(_))));
+        write_frame(
+            s,
+            &result(CallResult {
+                request_id: close.request_id,
+                ..CallResult::default()
+            }),
+        )
+        .expect("close result");
+    });
+    let host = ComponentHost::start(&program(&dir, 0), quick()).expect("starts");
+    assert_eq!(host.version(), 1);
+    assert_eq!(host.hello().sdk, "test");
+    assert!(host.pid().is_some());
+    let mut node = ExecProcessor(ExecNode::new(
+        host,
+        NodeIdentity::default(),
+        "{\"x\":1}".into(),
+    ));
+    let mut ctx = crate::nodes::NodeContext::new("f", "r", "n", 0);
+    crate::nodes::Processor::open(&mut node, &mut ctx).expect("opens");
+    ctx.begin_group(Some("k".into()), Vec::new());
+    let out = crate::nodes::Processor::process(&mut node, &mut ctx, &[]).expect("processes");
+    assert_eq!(
+        out,
+        videoflow_core::envelope::Payload::Opaque {
+            payload_type: "my.Type".into(),
+            data: vec![1, 2, 3]
+        },
+        "unknown payload types pass through verbatim"
+    );
+    crate::nodes::Processor::close(&mut node, &mut ctx).expect("closes");
+    peer.join().expect("component thread");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn no_common_version_is_a_contract_error() {
+    let dir = scratch();
+    let peer = component(&dir, |s| {
+        write_frame(s, &hello(vec![7])).expect("hello");
+    });
+    let e = ComponentHost::start(&program(&dir, 0), quick()).expect_err("refused");
+    assert_eq!(e.code, ErrorCode::NodeContract, "{e:?}");
+    assert!(e.message.contains("[7]"), "{}", e.message);
+    peer.join().expect("component thread");
+}
+
+#[test]
+fn a_missing_program_is_a_config_error() {
+    let e = ComponentHost::start(&["/nonexistent/vf-component".to_owned()], quick())
+        .expect_err("refused");
+    assert_eq!(e.code, ErrorCode::Config);
+    assert!(e.message.contains("/nonexistent/vf-component"));
+}
+
+#[test]
+fn exiting_before_connecting_is_worker_fatal() {
+    let argv = vec!["sh".into(), "-c".into(), "echo oops >&2; exit 3".into()];
+    let e = ComponentHost::start(&argv, quick()).expect_err("refused");
+    assert_eq!(e.code, ErrorCode::WorkerFatal);
+    assert!(e.message.contains("exited with status 3"), "{}", e.message);
+}
+
+#[test]
+fn not_connecting_in_time_is_worker_fatal() {
+    let argv = vec!["sleep".into(), "30".into()];
+    let started = Instant::now();
+    let e = ComponentHost::start(
+        &argv,
+        HostOptions {
+            start_timeout: Duration::from_millis(300),
+            ..quick()
+        },
+    )
+    .expect_err("refused");
+    assert_eq!(e.code, ErrorCode::WorkerFatal);
+    assert!(e.message.contains("did not connect"), "{}", e.message);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn a_crash_during_a_call_is_worker_fatal_and_sticky() {
+    let dir = scratch();
+    let peer = component(&dir, |s| {
+        write_frame(s, &hello(vec![1])).expect("hello");
+        let _ = recv(s); // the request it dies on
+    });
+    let mut host = ComponentHost::start(&program(&dir, 9), quick()).expect("starts");
+    let e = host
+        .call(Body::Next(Default::default()), "next")
+        .expect_err("crashed");
+    assert_eq!(e.code, ErrorCode::WorkerFatal);
+    assert!(e.message.contains("exited with status 9"), "{}", e.message);
+    peer.join().expect("component thread");
+    let again = host
+        .call(Body::Next(Default::default()), "next")
+        .expect_err("sticky");
+    assert_eq!(again, e);
+    assert!(host.pid().is_none(), "reaped");
+    host.close().expect("closing a dead component is quiet");
+}
+
+#[test]
+fn a_missed_deadline_kills_the_component() {
+    let dir = scratch();
+    let peer = component(&dir, |s| {
+        write_frame(s, &hello(vec![1])).expect("hello");
+        let _ = recv(s);
+        // No answer; the host kills the program, the socket closes.
+        let _ = read_frame::<_, WorkerMessage>(s);
+    });
+    let mut host = ComponentHost::start(
+        &program(&dir, 0),
+        HostOptions {
+            call_timeout: Some(Duration::from_millis(300)),
+            ..quick()
+        },
+    )
+    .expect("starts");
+    let e = host
+        .call(Body::Next(Default::default()), "next")
+        .expect_err("deadline");
+    assert_eq!(e.code, ErrorCode::WorkerFatal);
+    assert!(e.message.contains("did not answer next"), "{}", e.message);
+    assert!(host.pid().is_none(), "killed");
+    drop(host);
+    peer.join().expect("component thread");
+}
+
+#[test]
+fn an_answer_to_another_request_is_a_contract_error() {
+    let dir = scratch();
+    let peer = component(&dir, |s| {
+        write_frame(s, &hello(vec![1])).expect("hello");
+        let req = recv(s);
+        write_frame(
+            s,
+            &result(CallResult {
+                request_id: req.request_id + 5,
+                ..CallResult::default()
+            }),
+        )
+        .expect("wrong id");
+        let _ = read_frame::<_, WorkerMessage>(s);
+    });
+    let mut host = ComponentHost::start(&program(&dir, 0), quick()).expect("starts");
+    let e = host
+        .call(Body::Next(Default::default()), "next")
+        .expect_err("violation");
+    assert_eq!(e.code, ErrorCode::NodeContract);
+    drop(host);
+    peer.join().expect("component thread");
+}
+
+#[test]
+fn command_var_parses_or_explains() {
+    let mut vars = BTreeMap::new();
+    assert_eq!(command_from_env(&vars).expect("unset"), None);
+    vars.insert(COMMAND_VAR.to_owned(), r#"["python3","-m","x"]"#.to_owned());
+    assert_eq!(
+        command_from_env(&vars).expect("parses"),
+        Some(vec!["python3".into(), "-m".into(), "x".into()])
+    );
+    vars.insert(COMMAND_VAR.to_owned(), "[]".to_owned());
+    assert_eq!(
+        command_from_env(&vars).expect_err("empty").code,
+        ErrorCode::Config
+    );
+    let mut t = BTreeMap::new();
+    t.insert(START_TIMEOUT_VAR.to_owned(), "2".to_owned());
+    t.insert(CALL_TIMEOUT_VAR.to_owned(), "0".to_owned());
+    let o = HostOptions::from_env(&t).expect("parses");
+    assert_eq!(o.start_timeout, Duration::from_secs(2));
+    assert_eq!(o.call_timeout, None);
+    t.insert(CALL_TIMEOUT_VAR.to_owned(), "-1".to_owned());
+    assert!(HostOptions::from_env(&t).is_err());
+}
