@@ -137,6 +137,20 @@ fn run_node(component: Option<Vec<String>>) -> ExitCode {
             serde_json::json!(argv).to_string(),
         );
     }
+    block_on(true, |signals| async move {
+        videoflow_worker::runtime::run_node(&vars, signals).await
+    })
+}
+
+/// Runs `job` on a multi-threaded runtime (the loops call nodes with `block_in_place`) and
+/// turns its exit status into the process's. With `signals`, SIGTERM/SIGINT set flags the job
+/// reads instead of killing the process. Pull loops and timers may still be winding down
+/// afterwards; the status is already decided.
+fn block_on<F, Fut>(signals: bool, job: F) -> ExitCode
+where
+    F: FnOnce(Signals) -> Fut,
+    Fut: std::future::Future<Output = i32>,
+{
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -148,11 +162,12 @@ fn run_node(component: Option<Vec<String>>) -> ExitCode {
         }
     };
     let code = runtime.block_on(async {
-        let signals = Signals::default();
-        watch_signals(&signals);
-        videoflow_worker::runtime::run_node(&vars, signals).await
+        let flags = Signals::default();
+        if signals {
+            watch_signals(&flags);
+        }
+        job(flags).await
     });
-    // Pull loops and timers may still be winding down; the exit status is decided.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
@@ -204,48 +219,22 @@ fn init_logging() {
 /// `run`: the local runner on a multi-threaded runtime; Ctrl-C drains instead of killing.
 fn run_local(opts: videoflow_worker::local::RunOptions) -> ExitCode {
     init_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let code = runtime.block_on(async {
-        let signals = Signals::default();
-        watch_signals(&signals);
+    block_on(true, |signals| async move {
         videoflow_worker::local::run_flow(opts, signals.interrupt.clone()).await
-    });
-    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
-    ExitCode::from(u8::try_from(code).unwrap_or(1))
+    })
 }
 
 /// `provision` / `teardown`: one job on a multi-threaded runtime; the exit status is the job's.
 fn run_job(teardown: bool) -> ExitCode {
     init_logging();
     let vars: BTreeMap<String, String> = std::env::vars().collect();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let code = runtime.block_on(async {
+    block_on(false, |_signals| async move {
         if teardown {
             videoflow_worker::teardown::run_teardown_job(&vars).await
         } else {
             videoflow_worker::admission::run_provision_job(&vars).await
         }
-    });
-    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
-    ExitCode::from(u8::try_from(code).unwrap_or(1))
+    })
 }
 
 fn run(command: Command) -> anyhow::Result<ExitCode> {
