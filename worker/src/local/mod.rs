@@ -6,6 +6,7 @@
 //! prefix their logs → wait (BATCH) or run until Ctrl-C (drain producers first) → summary
 //! with each failed worker's termination reason → exit with the taxonomy's code.
 //!
+//! - [`progress`] — the live per-node progress line (published / done, rate).
 //! - [`supervisor`] — the worker processes: spawn, log prefixes, restarts (ABORT-6).
 //!
 //! **Run directory.** Every worker starts in one working directory (`--workdir`, default
@@ -17,6 +18,7 @@
 //! `ok: false` is printed with its details and makes the run exit 4 (a failed check cannot
 //! fail the worker itself: `close()` errors are only logged, LOOP-1).
 
+pub mod progress;
 pub mod supervisor;
 
 use std::io::IsTerminal as _;
@@ -158,8 +160,7 @@ async fn run(opts: RunOptions, interrupt: StopFlag) -> Result<i32, VfError> {
         &mut workers,
         &broker,
         &doc,
-        &flow.flow_id,
-        &flow.run_id,
+        &flow,
         &exe,
         colour,
         &interrupt,
@@ -278,8 +279,7 @@ async fn supervise(
     workers: &mut [Worker],
     broker: &Broker,
     doc: &FlowDocument,
-    flow_id: &str,
-    run_id: &str,
+    flow: &videoflow_core::compile::CompiledFlow,
     exe: &PathBuf,
     colour: bool,
     interrupt: &StopFlag,
@@ -292,6 +292,7 @@ async fn supervise(
     let mut last_stop = Instant::now() - STOP_REPEAT;
     let mut drain_since: Option<Instant> = None;
     let mut last_progress = Instant::now();
+    let mut progress = progress::Progress::default();
     loop {
         for (i, w) in workers.iter_mut().enumerate() {
             if let Some(code) = w.try_exit() {
@@ -380,7 +381,7 @@ async fn supervise(
         // ABORT-6 / CTRL-1: once stopping, repeat the control stop until every worker exited.
         if let Some(since) = stopping_since.filter(|since| *since <= now) {
             if now - last_stop >= STOP_REPEAT {
-                let _ = broker::send_control_stop(broker, flow_id, run_id).await;
+                let _ = broker::send_control_stop(broker, &flow.flow_id, &flow.run_id).await;
                 last_stop = now;
             }
             if now - since > KILL_GRACE {
@@ -393,15 +394,12 @@ async fn supervise(
         }
         if now - last_progress >= Duration::from_secs(5) {
             last_progress = now;
-            let running: Vec<String> = workers
-                .iter()
-                .filter(|w| w.running())
-                .map(Worker::label)
-                .collect();
+            let running = workers.iter().filter(|w| w.running()).count();
             eprintln!(
-                "progress: {:.0}s, running: {}",
+                "progress {:.0}s ({running} of {} workers running): {}",
                 (now - started).as_secs_f64(),
-                running.join(", ")
+                workers.len(),
+                progress.line(broker, flow).await
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -1,0 +1,56 @@
+//! The local runner's progress line (issue #6): per node, published or settled counts read
+//! from the broker, with a rate from the second line on; unreadable counts show `?`, never 0.
+
+mod support;
+
+use std::time::Duration;
+
+use support::FlowHarness;
+use videoflow_worker::broker;
+use videoflow_worker::local::progress::Progress;
+
+#[test]
+fn progress_line_counts_each_node_from_the_broker() {
+    let mut h = FlowHarness::new(
+        r#"
+apiVersion: videoflow.io/v1alpha1
+kind: Flow
+metadata: {name: progress}
+spec:
+  type: batch
+  nodes:
+  - name: numbers
+    kind: producer
+    component: {builtin: videoflow.producers.basic.IntProducer}
+    params: {start_value: 0, end_value: 49}
+  - name: sink
+    kind: consumer
+    parents: [numbers]
+    component: {builtin: videoflow.consumers.basic.VoidConsumer}
+"#,
+    );
+    let url = h.nats.url();
+    let flow = h.flow.clone();
+    let mut progress = Progress::default();
+    // Before provisioning nothing can be read: `?`, not 0.
+    let before = h.block_on(async {
+        let b = broker::connect(&url).await.expect("connect");
+        progress.line(&b, &flow).await
+    });
+    assert_eq!(before, "numbers ? published | sink ? done");
+    h.start();
+    let exits = h.wait_all(Duration::from_secs(60));
+    h.assert_all_ok(&exits);
+    let (first, second) = h.block_on(async {
+        let b = broker::connect(&url).await.expect("connect");
+        let first = progress.line(&b, &flow).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        (first, progress.line(&b, &flow).await)
+    });
+    // 50 DATA messages plus the EOS were stored; the sink acked all 50.
+    assert_eq!(first, "numbers 51 published | sink 50 done");
+    assert!(
+        second.starts_with("numbers 51 published (0.0/s) | sink 50 done (0.0/s)"),
+        "{second}"
+    );
+}
