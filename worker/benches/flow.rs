@@ -392,20 +392,28 @@ impl Drop for Bench {
 struct Watch {
     count: Arc<AtomicU64>,
     span: Arc<Mutex<Option<(Instant, Instant)>>>,
+    /// The `proctime` each envelope carries (LOOP-7): the node's own time per message.
+    proctimes: Arc<Mutex<Vec<f64>>>,
 }
 
 impl Watch {
     fn start(rt: &tokio::runtime::Runtime, client: &async_nats::Client, subject: String) -> Self {
         let w = Watch::default();
-        let (count, span) = (w.count.clone(), w.span.clone());
+        let (count, span, proctimes) = (w.count.clone(), w.span.clone(), w.proctimes.clone());
         let client = client.clone();
         rt.block_on(async move {
             let mut sub = client.subscribe(subject).await.expect("subscribe");
             client.flush().await.expect("flush");
             tokio::spawn(async move {
-                while sub.next().await.is_some() {
+                while let Some(msg) = sub.next().await {
                     let now = Instant::now();
                     count.fetch_add(1, Ordering::Relaxed);
+                    if let Ok(env) = videoflow_core::envelope::decode(&msg.payload)
+                        && let Some(videoflow_core::value::Value::Double(t)) =
+                            env.metadata.get("proctime")
+                    {
+                        proctimes.lock().expect("lock").push(*t);
+                    }
                     let mut s = span.lock().expect("lock");
                     *s = Some(s.map_or((now, now), |(f, _)| (f, now)));
                 }
@@ -425,6 +433,11 @@ impl Watch {
             Some((f, l)) if n > 1 && l > f => (n - 1) as f64 / (l - f).as_secs_f64(),
             _ => f64::NAN,
         }
+    }
+
+    /// The `proctime` values seen, in seconds.
+    fn proctimes(&self) -> Vec<f64> {
+        self.proctimes.lock().expect("lock").clone()
     }
 
     fn first(&self) -> Option<Instant> {
@@ -451,6 +464,12 @@ fn frames_node(name: &str, w: u64, h: u64, c: u64, count: u64, fps: Option<f64>)
 fn identity_node(name: &str, parent: &str) -> String {
     format!(
         "  - name: {name}\n    kind: processor\n    parents: [{parent}]\n    component: {{builtin: videoflow.processors.basic.IdentityProcessor}}\n"
+    )
+}
+
+fn exec_identity_node(name: &str, parent: &str) -> String {
+    format!(
+        "  - name: {name}\n    kind: processor\n    parents: [{parent}]\n    component:\n      exec: {{command: [python3, -m, videoflow_sdk.examples.identity]}}\n"
     )
 }
 
@@ -742,6 +761,85 @@ fn identity(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f64) -> R<
         "cpu_ms_per_1000_sink": spread(&col(&|r| r["cpu_ms_per_1000"]["sink"].as_f64())),
         "rss_steady_identity_kib": spread(&col(&|r| r["rss_max_kib"]["identity"].as_f64())),
         "runs": runs,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue #10: the component boundary — the same identity hop built in and as a Python exec
+// component (sdk/python/videoflow_sdk/examples/identity.py), same flow, same method.
+
+fn boundary_once(rt: &tokio::runtime::Runtime, redis: &str, exec: bool, n: u64) -> R<Json> {
+    let stage = if exec {
+        exec_identity_node("same", "src")
+    } else {
+        identity_node("same", "src")
+    };
+    let yaml = flow_yaml(
+        "batch",
+        false,
+        &[
+            frames_node("src", 32, 32, 1, n, None),
+            stage,
+            void_node("sink", "same"),
+        ],
+    );
+    let mut b = Bench::new(rt, redis, &yaml)?;
+    let w_same = Watch::start(rt, b.client(), b.data_subject("same"));
+    b.spawn("same", &[])?;
+    b.spawn("sink", &[])?;
+    b.idle(Duration::from_secs(if exec { 4 } else { 2 }));
+    b.spawn("src", &[])?;
+    let ok = b.wait_all(Duration::from_secs(300));
+    let mut proc_us: Vec<f64> = w_same.proctimes().iter().map(|t| t * 1e6).collect();
+    // The first 10 % are warm-up (connections, first fetches, the interpreter's caches).
+    proc_us.drain(..proc_us.len() / 10);
+    Ok(json!({
+        "exec": exec, "n": n, "ok": ok && b.all_ok(), "published": w_same.count(),
+        "msgs_s": w_same.rate(),
+        "proctime_us": {"p50": quantile(&proc_us, 0.5), "p95": quantile(&proc_us, 0.95)},
+        "exits": if ok && b.all_ok() { Json::Null } else { b.exits() },
+    }))
+}
+
+fn boundary(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts) -> R<Json> {
+    let n = o.pick(5_000, 1_000);
+    let (mut builtin, mut exec) = (Vec::new(), Vec::new());
+    for rep in 0..o.reps {
+        for (is_exec, runs) in [(false, &mut builtin), (true, &mut exec)] {
+            let r = boundary_once(rt, redis, is_exec, n)?;
+            log(format!(
+                "boundary rep {rep} exec={is_exec}: {:.0} msg/s, proctime p50 {:.1} µs, ok {}",
+                r["msgs_s"].as_f64().unwrap_or(f64::NAN),
+                r["proctime_us"]["p50"].as_f64().unwrap_or(f64::NAN),
+                r["ok"]
+            ));
+            runs.push(r);
+        }
+    }
+    let col = |runs: &[Json], f: &dyn Fn(&Json) -> Option<f64>| -> Vec<f64> {
+        runs.iter().filter_map(f).collect()
+    };
+    let rate = |r: &Json| r["msgs_s"].as_f64();
+    let p50 = |r: &Json| r["proctime_us"]["p50"].as_f64();
+    let added: Vec<f64> = exec
+        .iter()
+        .zip(&builtin)
+        .filter_map(|(e, b)| Some(p50(e)? - p50(b)?))
+        .collect();
+    let ratio: Vec<f64> = exec
+        .iter()
+        .zip(&builtin)
+        .filter_map(|(e, b)| Some(rate(e)? / rate(b)?))
+        .collect();
+    Ok(json!({
+        "n": n, "payload_bytes": KIB,
+        "builtin_msgs_s": spread(&col(&builtin, &rate)),
+        "exec_msgs_s": spread(&col(&exec, &rate)),
+        "exec_over_builtin": spread(&ratio),
+        "builtin_proctime_p50_us": spread(&col(&builtin, &p50)),
+        "exec_proctime_p50_us": spread(&col(&exec, &p50)),
+        "added_p50_us": spread(&added),
+        "runs": {"builtin": builtin, "exec": exec},
     }))
 }
 
@@ -1044,6 +1142,10 @@ fn main() {
         (
             "identity_hop",
             Box::new(|| identity(&rt, &redis_url, &o, tck)),
+        ),
+        (
+            "component_boundary",
+            Box::new(|| boundary(&rt, &redis_url, &o)),
         ),
         ("latency", Box::new(|| latency(&rt, &redis_url, &o))),
         (

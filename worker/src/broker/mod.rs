@@ -45,7 +45,7 @@ pub use durables::{
 };
 pub use error::{BrokerError, ResourceKind};
 pub use held::keepalive_period;
-pub use publish::{Publication, PublishMode, PublishOutcome, Publisher};
+pub use publish::{InFlight, Publication, PublishMode, PublishOutcome, Publisher};
 pub use streams::{
     EnsureAction, EnsuredStream, StreamRequest, ensure_dlq_stream, ensure_node_stream,
     ensure_stream,

@@ -12,7 +12,7 @@ use std::error::Error as _;
 use std::str::FromStr;
 use std::time::Duration;
 
-use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
 use async_nats::{HeaderMap, HeaderName, HeaderValue};
 use bytes::Bytes;
 use tokio::time::Instant;
@@ -215,46 +215,130 @@ fn classify(subject: &str, error: &PublishError) -> Attempt {
     }
 }
 
-/// Sends once, bounded by `bound`.
+/// A send on the wire whose receipt has not been read yet, or the attempt's end already
+/// (a send that failed before reaching the server).
+pub(crate) enum Sent {
+    /// Waiting for the PubAck.
+    Waiting(PublishAckFuture),
+    /// Ended at the send.
+    Ended(Attempt),
+}
+
+impl Sent {
+    /// Waits up to `bound` for the receipt.
+    async fn receipt(self, publication: &Publication, bound: Duration) -> Attempt {
+        let future = match self {
+            Sent::Waiting(future) => future,
+            Sent::Ended(attempt) => return attempt,
+        };
+        match tokio::time::timeout(bound, future).await {
+            Err(_) => Attempt::NoReceipt {
+                reason: format!("no acknowledgement within {:.1}s", bound.as_secs_f64()),
+            },
+            Ok(Err(e)) => classify(&publication.subject, &e),
+            Ok(Ok(ack)) if ack.duplicate && ack.sequence == 0 => Attempt::NoReceipt {
+                reason: "the broker acknowledged the id as a duplicate with sequence 0: seen by \
+                         the server, never stored"
+                    .into(),
+            },
+            Ok(Ok(ack)) => Attempt::Stored {
+                stream_seq: ack.sequence,
+                duplicate: ack.duplicate,
+            },
+        }
+    }
+}
+
+/// Puts one send on the wire (bounded by `bound`) without waiting for its receipt.
+async fn send(broker: &Broker, publication: &Publication, bound: Duration) -> Sent {
+    let headers = match publication.header_map() {
+        Ok(headers) => headers,
+        Err(reason) => {
+            return Sent::Ended(Attempt::Rejected {
+                reason,
+                retryable: false,
+            });
+        }
+    };
+    let send = broker.jetstream().publish_with_headers(
+        publication.subject.clone(),
+        headers,
+        publication.payload.clone(),
+    );
+    match tokio::time::timeout(bound, send).await {
+        Err(_) => Sent::Ended(Attempt::NoReceipt {
+            reason: format!(
+                "the send did not complete within {:.1}s",
+                bound.as_secs_f64()
+            ),
+        }),
+        Ok(Err(e)) => Sent::Ended(classify(&publication.subject, &e)),
+        Ok(Ok(future)) => Sent::Waiting(future),
+    }
+}
+
+/// Sends once and waits for the receipt, bounded by `bound` overall.
 pub(crate) async fn attempt(
     broker: &Broker,
     publication: &Publication,
     bound: Duration,
 ) -> Attempt {
-    let headers = match publication.header_map() {
-        Ok(headers) => headers,
-        Err(reason) => {
-            return Attempt::Rejected {
-                reason,
-                retryable: false,
-            };
-        }
-    };
-    let send = async {
-        broker
-            .jetstream()
-            .publish_with_headers(
-                publication.subject.clone(),
-                headers,
-                publication.payload.clone(),
-            )
-            .await?
+    let started = Instant::now();
+    let sent = send(broker, publication, bound).await;
+    sent.receipt(publication, bound.saturating_sub(started.elapsed()))
+        .await
+}
+
+/// A publication whose first send is on the wire: what lets a loop publish the next output
+/// while this one's receipt is on its way (the ideal hop's shape). [`InFlight::confirm`]
+/// reads the receipt and finishes the publication under its mode's rules exactly as
+/// [`Publisher::publish`] would (re-sends carry the same id, so the broker keeps one copy).
+pub struct InFlight {
+    publisher: Publisher,
+    publication: Publication,
+    mode: PublishMode,
+    stop: StopFlag,
+    started: Instant,
+    first: Sent,
+}
+
+impl std::fmt::Debug for InFlight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InFlight")
+            .field("msg_id", &self.publication.msg_id)
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl InFlight {
+    /// The publication's `Nats-Msg-Id`.
+    pub fn msg_id(&self) -> &str {
+        &self.publication.msg_id
+    }
+
+    /// The payload's length in bytes (kept for a resend until the receipt).
+    pub fn payload_len(&self) -> usize {
+        self.publication.payload.len()
+    }
+
+    /// Waits for the receipt and finishes the publication; the errors of
+    /// [`Publisher::publish`].
+    ///
+    /// # Errors
+    /// As [`Publisher::publish`].
+    pub async fn confirm(self) -> Result<PublishOutcome, BrokerError> {
+        let InFlight {
+            publisher,
+            publication,
+            mode,
+            stop,
+            started,
+            first,
+        } = self;
+        publisher
+            .finish(&publication, mode, &stop, started, Some(first))
             .await
-    };
-    match tokio::time::timeout(bound, send).await {
-        Err(_) => Attempt::NoReceipt {
-            reason: format!("no acknowledgement within {:.1}s", bound.as_secs_f64()),
-        },
-        Ok(Err(e)) => classify(&publication.subject, &e),
-        Ok(Ok(ack)) if ack.duplicate && ack.sequence == 0 => Attempt::NoReceipt {
-            reason: "the broker acknowledged the id as a duplicate with sequence 0: seen by the \
-                     server, never stored"
-                .into(),
-        },
-        Ok(Ok(ack)) => Attempt::Stored {
-            stream_seq: ack.sequence,
-            duplicate: ack.duplicate,
-        },
     }
 }
 
@@ -288,28 +372,68 @@ impl Publisher {
         mode: PublishMode,
         stop: &StopFlag,
     ) -> Result<PublishOutcome, BrokerError> {
+        self.finish(publication, mode, stop, Instant::now(), None)
+            .await
+    }
+
+    /// Puts the first send of `publication` on the wire and returns without waiting for its
+    /// receipt; [`InFlight::confirm`] completes it. Receipts are read concurrently, so a
+    /// loop keeps several publications in flight on one connection.
+    pub async fn start(
+        &self,
+        publication: Publication,
+        mode: PublishMode,
+        stop: &StopFlag,
+    ) -> InFlight {
+        let started = Instant::now();
+        let first = send(&self.broker, &publication, ATTEMPT_TIMEOUT).await;
+        InFlight {
+            publisher: self.clone(),
+            publication,
+            mode,
+            stop: stop.clone(),
+            started,
+            first,
+        }
+    }
+
+    /// The mode's rules from `started`, reading `first` (a send already made) as the first
+    /// attempt when given.
+    async fn finish(
+        &self,
+        publication: &Publication,
+        mode: PublishMode,
+        stop: &StopFlag,
+        started: Instant,
+        first: Option<Sent>,
+    ) -> Result<PublishOutcome, BrokerError> {
         match mode {
-            PublishMode::Realtime => Ok(self.publish_realtime(publication).await),
+            PublishMode::Realtime => Ok(self.publish_realtime(publication, first).await),
             PublishMode::Batch => {
-                self.publish_patiently(publication, BATCH_OVERALL_TIMEOUT, None, stop)
+                let deadline = started + BATCH_OVERALL_TIMEOUT;
+                self.publish_patiently(publication, deadline, None, stop, first)
                     .await
             }
             PublishMode::Abort => {
-                self.publish_patiently(
-                    publication,
-                    ABORT_OVERALL_TIMEOUT,
-                    Some(ABORT_ATTEMPTS),
-                    stop,
-                )
-                .await
+                let deadline = started + ABORT_OVERALL_TIMEOUT;
+                self.publish_patiently(publication, deadline, Some(ABORT_ATTEMPTS), stop, first)
+                    .await
             }
         }
     }
 
-    async fn publish_realtime(&self, publication: &Publication) -> PublishOutcome {
+    async fn publish_realtime(
+        &self,
+        publication: &Publication,
+        mut first: Option<Sent>,
+    ) -> PublishOutcome {
         let mut last = String::new();
         for _ in 0..2 {
-            match attempt(&self.broker, publication, ATTEMPT_TIMEOUT).await {
+            let result = match first.take() {
+                Some(sent) => sent.receipt(publication, ATTEMPT_TIMEOUT).await,
+                None => attempt(&self.broker, publication, ATTEMPT_TIMEOUT).await,
+            };
+            match result {
                 Attempt::Stored {
                     stream_seq,
                     duplicate,
@@ -332,16 +456,20 @@ impl Publisher {
     async fn publish_patiently(
         &self,
         publication: &Publication,
-        overall: Duration,
+        deadline: Instant,
         max_attempts: Option<u32>,
         stop: &StopFlag,
+        mut first: Option<Sent>,
     ) -> Result<PublishOutcome, BrokerError> {
-        let deadline = Instant::now() + overall;
         let mut attempts: u32 = 0;
         loop {
             let bound = ATTEMPT_TIMEOUT.min(deadline.saturating_duration_since(Instant::now()));
             attempts += 1;
-            let failure = match attempt(&self.broker, publication, bound).await {
+            let result = match first.take() {
+                Some(sent) => sent.receipt(publication, bound).await,
+                None => attempt(&self.broker, publication, bound).await,
+            };
+            let failure = match result {
                 Attempt::Stored {
                     stream_seq,
                     duplicate,

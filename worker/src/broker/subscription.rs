@@ -3,8 +3,10 @@
 //!
 //! Why permit-before-fetch: a message fetched into a full queue would sit leased in the
 //! loop's hands — a lease STREAM-15's credit (`item_credit + prefetch`) does not account for.
-//! So each loop first takes a queue slot (a semaphore permit, capacity 4), then waits for the
-//! byte budget, and only then fetches one message with a 1 s expiry. The permit travels with
+//! So each loop first takes the free queue slots (semaphore permits, capacity 4; at least
+//! one, and only one under a byte budget), then waits for the byte budget, and only then
+//! opens one pull request for as many messages as it holds slots, with a 1 s expiry. Each
+//! permit travels with
 //! the queued delivery and is returned when the receiver takes it out, so "room in the queue"
 //! is exact. From the moment it is fetched until it is resolved, a delivery sits in the held
 //! set, where the ticker renews its lease every `max(1 s, ack_wait / 3)`: nothing ages past
@@ -119,7 +121,8 @@ impl SubscriptionSpec {
 #[derive(Debug, Clone, Copy)]
 pub struct InboxConfig {
     /// `VF_PREFETCH_BYTES`: the most payload bytes held unresolved (parked or handed out)
-    /// before the pull loops pause; a fetch already in flight may exceed it by one message.
+    /// before the pull loops pause; a fetch already in flight may exceed it by one message
+    /// (with a budget, each pull request asks for one message).
     pub byte_budget: Option<u64>,
     /// Pull request expiry ([`FETCH_EXPIRY`]).
     pub fetch_expiry: Duration,
@@ -410,23 +413,20 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// Fetches at most one message, waiting up to `expiry`.
-async fn fetch_one(
+/// Opens one pull request for up to `max` messages, expiring after `expiry`; the stream
+/// yields each message as it arrives and ends after `max` or at expiry.
+async fn fetch_batch(
     consumer: &PullConsumer,
+    max: usize,
     expiry: Duration,
-) -> Result<Option<jetstream::Message>, String> {
-    let mut batch = consumer
+) -> Result<async_nats::jetstream::consumer::pull::Batch, String> {
+    consumer
         .batch()
-        .max_messages(1)
+        .max_messages(max)
         .expires(expiry)
         .messages()
         .await
-        .map_err(|e| e.to_string())?;
-    match batch.next().await {
-        Some(Ok(message)) => Ok(Some(message)),
-        Some(Err(e)) => Err(e.to_string()),
-        None => Ok(None),
-    }
+        .map_err(|e| e.to_string())
 }
 
 /// The pull loop of one subscription.
@@ -435,14 +435,23 @@ async fn pull_loop(mut cx: LoopContext) {
         if *cx.stop.borrow() {
             return;
         }
-        // 1. Room in the local queue first.
-        let slot = tokio::select! {
+        // 1. Room in the local queue first: at least one slot, then every other free one,
+        //    so one pull request asks for as many messages as the queue can take.
+        let first = tokio::select! {
             slot = cx.lane.slots.clone().acquire_owned() => match slot {
                 Ok(slot) => slot,
                 Err(_) => return,
             },
             () = stopped(&mut cx.stop) => return,
         };
+        let mut slots = vec![first];
+        // Under a byte budget one message at a time, so the budget is overshot by at most
+        // one message (budgeted nodes carry large payloads: the per-request cost is noise).
+        if cx.config.byte_budget.is_none() {
+            while let Ok(slot) = cx.lane.slots.clone().try_acquire_owned() {
+                slots.push(slot);
+            }
+        }
         // 2. Then the byte budget.
         if let Some(budget) = cx.config.byte_budget {
             while cx.core.held.resident() >= budget {
@@ -453,43 +462,73 @@ async fn pull_loop(mut cx: LoopContext) {
                 }
             }
         }
-        // 3. Then one fetch, never cancelled midway: a message the server dispatched must
-        //    end up held (and handed back at close), not dropped in a client buffer.
-        let message = match fetch_one(&cx.consumer, cx.config.fetch_expiry).await {
-            Ok(Some(message)) => message,
-            Ok(None) => continue,
+        // 3. Then one pull request for `slots.len()` messages, read to its end and never
+        //    cancelled midway: a message the server dispatched must end up held (and handed
+        //    back at close), not dropped in a client buffer. Slots left unused when the
+        //    request ends go back to the queue.
+        let mut batch = match fetch_batch(&cx.consumer, slots.len(), cx.config.fetch_expiry).await {
+            Ok(batch) => batch,
             Err(e) => {
-                if *cx.stop.borrow() {
-                    return;
-                }
-                tracing::warn!(durable = %cx.lane.label, error = %e, "pull fetch failed");
-                tokio::select! {
-                    () = tokio::time::sleep(FETCH_ERROR_PAUSE) => {}
-                    () = stopped(&mut cx.stop) => return,
-                }
+                fetch_failed(&mut cx, &e).await;
                 continue;
             }
         };
-        let Some(delivery) = hold(&cx, message) else {
-            continue;
-        };
-        if *cx.stop.borrow() {
-            // Fetched while stopping: nobody will receive it here; hand it back now.
-            let _ = delivery.handle.nak(None).await;
-            continue;
+        while let Some(next) = batch.next().await {
+            match next {
+                Ok(message) => {
+                    let Some(slot) = slots.pop() else {
+                        // More than asked for cannot happen; never drop what was dispatched.
+                        tracing::warn!(durable = %cx.lane.label, "pull request over-delivered");
+                        if let Some(delivery) = hold(&cx, message) {
+                            let _ = delivery.handle.nak(None).await;
+                        }
+                        continue;
+                    };
+                    take(&cx, message, slot).await;
+                }
+                Err(e) => {
+                    fetch_failed(&mut cx, &e.to_string()).await;
+                    break;
+                }
+            }
         }
-        if let Some(admission) = &cx.admission
-            && (admission.filter)(&delivery) == Admit::AckAndSkip
-        {
-            skip(&cx, admission, &delivery).await;
-            continue;
-        }
-        cx.lane.queue().push_back(Parked {
-            delivery,
-            _slot: slot,
-        });
-        cx.arrived.notify_one();
     }
+}
+
+/// A failed pull request: logged (unless stopping) and paused before the next one.
+async fn fetch_failed(cx: &mut LoopContext, error: &str) {
+    if *cx.stop.borrow() {
+        return;
+    }
+    tracing::warn!(durable = %cx.lane.label, %error, "pull fetch failed");
+    tokio::select! {
+        () = tokio::time::sleep(FETCH_ERROR_PAUSE) => {}
+        () = stopped(&mut cx.stop) => {}
+    }
+}
+
+/// One fetched message: held, then handed back (stopping), skipped (admission) or queued
+/// with the slot it occupies.
+async fn take(cx: &LoopContext, message: jetstream::Message, slot: OwnedSemaphorePermit) {
+    let Some(delivery) = hold(cx, message) else {
+        return;
+    };
+    if *cx.stop.borrow() {
+        // Fetched while stopping: nobody will receive it here; hand it back now.
+        let _ = delivery.handle.nak(None).await;
+        return;
+    }
+    if let Some(admission) = &cx.admission
+        && (admission.filter)(&delivery) == Admit::AckAndSkip
+    {
+        skip(cx, admission, &delivery).await;
+        return;
+    }
+    cx.lane.queue().push_back(Parked {
+        delivery,
+        _slot: slot,
+    });
+    cx.arrived.notify_one();
 }
 
 /// Puts a fetched message in the held set and builds its [`Delivery`]; `None` (with a

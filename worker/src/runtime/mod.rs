@@ -7,6 +7,7 @@
 //! - [`produce`] — the producer loop (LOOP-2).
 //! - [`process`] — the processor and consumer loop (LOOP-3/4).
 //! - [`guards`] — GPU and asset checks, health server, progress deadline and watchdog.
+//! - [`window`] — outputs in flight: receipts and acks on their own tasks, taken back in order.
 //!
 //! The runtime ledger is opened at step 7 for the slot claim only (`crate::store`).
 
@@ -16,6 +17,7 @@ mod process;
 mod produce;
 mod receive;
 mod settle;
+mod window;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -295,6 +297,7 @@ async fn build_loop<'a>(
         breaker: Breaker::new(cfg.breaker_threshold),
         signals,
         supervision,
+        window: window::Window::for_loops(),
     })
 }
 

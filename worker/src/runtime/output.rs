@@ -6,7 +6,7 @@ use videoflow_core::envelope::{self, Envelope, Payload, WireError};
 use videoflow_core::errors::VfError;
 
 use crate::blob::{self, BlobStore};
-use crate::broker::{Publication, PublishMode, PublishOutcome, Publisher, StopFlag};
+use crate::broker::{InFlight, Publication, PublishMode, PublishOutcome, Publisher, StopFlag};
 use crate::emit::Emitter;
 use crate::faults::{self, Barrier};
 use crate::health::{self, metrics};
@@ -44,9 +44,11 @@ impl Output {
         }
     }
 
-    /// Publishes a DATA envelope; the payload is encoded once and, above the threshold,
-    /// stored in the payload store with a `BlobRef` on the wire.
-    pub(crate) async fn data(&mut self, mut env: Envelope) -> Result<PublishOutcome, VfError> {
+    /// Puts a DATA envelope on the wire without waiting for its receipt; the payload is
+    /// encoded once and, above the threshold, stored in the payload store with a `BlobRef` on
+    /// the wire. The caller confirms the returned [`Pending`] (possibly on another task) and
+    /// then [`Output::record`]s its outcome.
+    pub(crate) async fn start_data(&mut self, mut env: Envelope) -> Result<Pending, VfError> {
         let payload = std::mem::take(&mut env.payload);
         let (payload_type, bytes) = envelope::encode_payload(&payload).map_err(encode_error)?;
         let (payload_type, data) =
@@ -54,10 +56,14 @@ impl Output {
                 .await?;
         env.payload = Payload::Opaque { payload_type, data };
         record_publish(&env);
-        let outcome = self
-            .send(&env, self.mode, self.emitter.data_subject())
-            .await?;
-        match &outcome {
+        self.start(&env, self.mode, self.emitter.data_subject())
+            .await
+    }
+
+    /// Counts a confirmed DATA publication: a new id towards the terminator's seq (EOS-7), a
+    /// refused live one as a drop (DELIV-4).
+    pub(crate) fn record(&mut self, outcome: &PublishOutcome) {
+        match outcome {
             PublishOutcome::Stored {
                 duplicate: false, ..
             } => self.emitter.count_published(),
@@ -67,7 +73,6 @@ impl Output {
             }
             _ => {}
         }
-        Ok(outcome)
     }
 
     /// Publishes this replica's EOS (WIRE-6).
@@ -89,20 +94,62 @@ impl Output {
         mode: PublishMode,
         subject: String,
     ) -> Result<PublishOutcome, VfError> {
+        self.start(env, mode, subject).await?.confirm().await
+    }
+
+    /// Encodes and sends under the content-derived id (MSGID-1), after the fault schedule's
+    /// `publish.send.before`.
+    async fn start(
+        &self,
+        env: &Envelope,
+        mode: PublishMode,
+        subject: String,
+    ) -> Result<Pending, VfError> {
         let bytes = envelope::encode(env).map_err(encode_error)?;
         let publication = Publication::envelope(subject, env.msg_id(), Bytes::from(bytes));
-        let id = || publication.msg_id.clone();
-        faults::barrier(Barrier::PublishSendBefore, id).await?;
-        let outcome = self
-            .publisher
-            .publish(&publication, mode, &self.stop)
-            .await?;
+        let msg_id = publication.msg_id.clone();
+        faults::barrier(Barrier::PublishSendBefore, || msg_id.clone()).await?;
+        let in_flight = self.publisher.start(publication, mode, &self.stop).await;
+        Ok(Pending {
+            in_flight,
+            node: env.producer_name.clone(),
+            mode,
+        })
+    }
+}
+
+/// A publication on the wire whose receipt is still to be read. `Send + 'static`, so a loop
+/// can confirm it on another task while it goes on with the next input.
+pub(crate) struct Pending {
+    in_flight: InFlight,
+    node: String,
+    mode: PublishMode,
+}
+
+impl Pending {
+    /// The bytes this publication keeps alive until its receipt (for a resend).
+    pub(crate) fn bytes(&self) -> u64 {
+        u64::try_from(self.in_flight.payload_len()).unwrap_or(u64::MAX)
+    }
+
+    /// Reads the receipt (finishing the publication under its mode's rules), then the fault
+    /// schedule's `publish.send.after` and receipt barriers.
+    pub(crate) async fn confirm(self) -> Result<PublishOutcome, VfError> {
+        let Pending {
+            in_flight,
+            node,
+            mode,
+        } = self;
+        let msg_id = in_flight.msg_id().to_owned();
+        let id = || msg_id.clone();
+        let outcome = in_flight.confirm().await?;
+        // As 1.0.4: `send.after` once the send completed, i.e. its receipt is in hand.
         faults::barrier(Barrier::PublishSendAfter, id).await?;
         if faults::barrier(Barrier::PublishReceiptBefore, id)
             .await?
             .drop_response
         {
-            return faults::receipt_lost(&env.producer_name, &publication.msg_id, mode);
+            return faults::receipt_lost(&node, &msg_id, mode);
         }
         faults::barrier(Barrier::PublishReceiptAfter, id).await?;
         Ok(outcome)

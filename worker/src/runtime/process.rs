@@ -7,10 +7,13 @@ use videoflow_core::errors::{Disposition, ErrorCode, VfError};
 use videoflow_core::model::DeliveryMode;
 use videoflow_core::msgid::{MsgKind, msgid_signed};
 
-use super::output::Output;
+use super::output::{Output, Pending};
 use super::receive::{Member, Received, Receiver, StopResult};
-use super::settle::{Held, Settler};
+use super::settle::{self, Held, Settler};
+use super::window::Window;
 use super::{Signals, wall_now, wrap_node_error};
+use crate::blob::BlobStore;
+use crate::broker::PublishOutcome;
 use crate::config::WorkerConfig;
 use crate::delivery::{Breaker, classify};
 use crate::emit::Timings;
@@ -49,6 +52,22 @@ pub(crate) struct Loop<'a> {
     pub(crate) signals: &'a Signals,
     /// The progress deadline and its watchdog (SUP-1/2).
     pub(crate) supervision: super::guards::Supervision,
+    /// Groups whose output is on the wire and whose inputs are acked after its receipt.
+    pub(crate) window: Window<Settling, Settled>,
+}
+
+/// What a group in the window leaves behind for the loop: enough to fail it (DELIV-6).
+pub(crate) struct Settling {
+    trace_id: String,
+    seq: i128,
+    handles: Vec<Held>,
+}
+
+/// A group's second half that ended well: its output's outcome (none for a consumer or a
+/// processor without children) and how many handles were acked.
+pub(crate) struct Settled {
+    outcome: Option<PublishOutcome>,
+    acked: u64,
 }
 
 impl Loop<'_> {
@@ -73,6 +92,9 @@ impl Loop<'_> {
             tracing::warn!("progress watchdog not started: {}", e.log_line());
         }
         let result = self.groups(&mut sink, ctx).await;
+        if result.is_err() {
+            self.abandon_window().await;
+        }
         self.supervision.closing();
         let closed = tokio::task::block_in_place(|| match &mut sink {
             Sink::Processor(p) => p.close(ctx),
@@ -95,6 +117,7 @@ impl Loop<'_> {
         let mut last_end = Instant::now();
         loop {
             health::beat();
+            self.reap(false).await?;
             health::record(|m| m.incr("messages_received", 1));
             let received = self
                 .receiver
@@ -102,6 +125,7 @@ impl Loop<'_> {
                 .await?;
             match received {
                 None => {
+                    self.drain_window().await?;
                     self.receiver.quiesce().await;
                     return Ok(LoopEnd::Quiesced);
                 }
@@ -117,6 +141,8 @@ impl Loop<'_> {
 
     /// The stop result: ABORT-5 relay first, then EOS unless it is a hard stop (CTRL-3).
     async fn stop(&mut self, stop: StopResult) -> Result<LoopEnd, VfError> {
+        // Every output in flight is confirmed (and counted, EOS-7) before a terminator.
+        self.drain_window().await?;
         if let Some((origin, error)) = stop.aborted.into_iter().next() {
             let record = error.clone().unwrap_or_default();
             if self.cfg.has_children
@@ -138,8 +164,9 @@ impl Loop<'_> {
         Ok(LoopEnd::Finished)
     }
 
-    /// One group: call the node, publish before ack (LOOP-5), ack after (DELIV-2); on error
-    /// run the ladder (DELIV-6) and the breaker (ERR-5a).
+    /// One group: call the node and put its output on the wire; the window acks the inputs
+    /// once the output's receipt is in (publish before ack, LOOP-5; DELIV-2) while this loop
+    /// goes on. An error runs the ladder (DELIV-6) and the breaker (ERR-5a).
     async fn group(
         &mut self,
         group: ReadyGroup<Held, Member>,
@@ -161,15 +188,79 @@ impl Loop<'_> {
         let outcome = self
             .call(&group, inputs, sink, ctx, &input_key, last_end)
             .await;
+        let settling = Settling {
+            trace_id: group.trace_id,
+            seq: group.seq,
+            handles: group.handles,
+        };
         match outcome {
-            Ok(()) => {
-                self.settler.ack_all(&group.handles).await;
+            Ok(pending) => {
+                let bytes = pending.as_ref().map_or(0, Pending::bytes);
+                let work = settle_after(pending, settling.handles.clone(), self.settler.blob());
+                self.window.push(settling, bytes, work);
+                self.reap(true).await
+            }
+            Err(e) => self.failed(&settling, e).await,
+        }
+    }
+
+    /// Takes back the window's ended entries in order; with `until_room`, also waits for
+    /// the front while the window is full.
+    async fn reap(&mut self, until_room: bool) -> Result<(), VfError> {
+        loop {
+            let next = if until_room && self.window.is_full() {
+                self.window.next().await
+            } else {
+                self.window.ready().await
+            };
+            let Some((settling, result)) = next else {
+                return Ok(());
+            };
+            self.settled(settling, result).await?;
+        }
+    }
+
+    /// Waits for every entry of the window and takes each back.
+    async fn drain_window(&mut self) -> Result<(), VfError> {
+        while let Some((settling, result)) = self.window.next().await {
+            self.settled(settling, result).await?;
+        }
+        Ok(())
+    }
+
+    /// On the way out after an error: waits for the window and hands back (NAK) the inputs
+    /// of every group whose output was not confirmed, without counting a failure.
+    async fn abandon_window(&mut self) {
+        while let Some((settling, result)) = self.window.next().await {
+            match result {
+                Ok(settled) => self.settler.counts.acked += settled.acked,
+                Err(e) => {
+                    tracing::warn!(trace_id = %settling.trace_id, "in-flight output not confirmed on the way out: {}", e.log_line());
+                    self.settler.nak_all(&settling.handles).await;
+                }
+            }
+        }
+    }
+
+    /// One group's end: counted and acked, or failed (its publication was refused or never
+    /// confirmed: the ladder hands the inputs back).
+    async fn settled(
+        &mut self,
+        settling: Settling,
+        result: Result<Settled, VfError>,
+    ) -> Result<(), VfError> {
+        match result {
+            Ok(settled) => {
+                self.settler.counts.acked += settled.acked;
+                if let Some(outcome) = &settled.outcome {
+                    self.output.record(outcome);
+                }
                 health::record(|m| m.incr("messages_processed", 1));
                 self.supervision.deadline.record_progress();
                 self.breaker.success();
                 Ok(())
             }
-            Err(e) => self.failed(&group, e).await,
+            Err(e) => self.failed(&settling, e).await,
         }
     }
 
@@ -181,14 +272,14 @@ impl Loop<'_> {
         ctx: &mut NodeContext,
         input_key: &str,
         last_end: &mut Instant,
-    ) -> Result<(), VfError> {
+    ) -> Result<Option<Pending>, VfError> {
         let started = Instant::now();
         match sink {
             Sink::Consumer(node, idem) => {
                 if let Some(store) = idem
                     && store.seen(input_key).await?
                 {
-                    return Ok(()); // IDEM-1: already consumed; ack
+                    return Ok(None); // IDEM-1: already consumed; ack
                 }
                 barrier(Barrier::SinkEffectBefore, || input_key.to_owned()).await?;
                 tokio::task::block_in_place(|| node.consume(ctx, &inputs))?;
@@ -197,7 +288,7 @@ impl Loop<'_> {
                 if let Some(store) = idem {
                     store.mark(input_key).await?;
                 }
-                Ok(())
+                Ok(None)
             }
             Sink::Processor(node) => {
                 let output = tokio::task::block_in_place(|| node.process(ctx, &inputs))?;
@@ -210,7 +301,7 @@ impl Loop<'_> {
                 let key = ctx.take_output_partition_key();
                 let explicit_ts = ctx.take_output_event_timestamp();
                 if !self.cfg.has_children {
-                    return Ok(()); // LOOP-6
+                    return Ok(None); // LOOP-6
                 }
                 let seq = u64::try_from(group.seq).map_err(|_| {
                     VfError::new(
@@ -228,19 +319,14 @@ impl Loop<'_> {
                     timings,
                     key,
                 );
-                self.output.data(env).await?;
-                Ok(())
+                Ok(Some(self.output.start_data(env).await?))
             }
         }
     }
 
     /// ERR-2/5/5a: classify, stamp, run the ladder; a worker_fatal or user error hands the
     /// group back and ends the worker; the breaker may end it too.
-    async fn failed(
-        &mut self,
-        group: &ReadyGroup<Held, Member>,
-        e: VfError,
-    ) -> Result<(), VfError> {
+    async fn failed(&mut self, group: &Settling, e: VfError) -> Result<(), VfError> {
         let e = wrap_node_error(e, self.cfg, Some((&group.trace_id, group.seq)));
         let user_error = e.code.is_a(ErrorCode::User);
         let disposition = if user_error {
@@ -273,6 +359,21 @@ impl Loop<'_> {
             None => Ok(()),
         }
     }
+}
+
+/// A group's second half, on its own task: the output's receipt (the publication finished
+/// under its mode's rules), then every input acked (DELIV-2, BLOB-6).
+async fn settle_after(
+    pending: Option<Pending>,
+    handles: Vec<Held>,
+    blob: Option<BlobStore>,
+) -> Result<Settled, VfError> {
+    let outcome = match pending {
+        Some(pending) => Some(pending.confirm().await?),
+        None => None,
+    };
+    let acked = settle::ack_all(&handles, blob.as_ref()).await;
+    Ok(Settled { outcome, acked })
 }
 
 /// The node's view of a group: one input per parent (ENV-3) and the context's `input_info`.

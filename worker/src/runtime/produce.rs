@@ -6,7 +6,9 @@ use videoflow_core::envelope::WireError;
 use videoflow_core::errors::{Disposition, VfError};
 
 use super::output::Output;
+use super::window::Window;
 use super::{Signals, wall_now, wrap_node_error};
+use crate::broker::PublishOutcome;
 use crate::config::WorkerConfig;
 use crate::emit::Timings;
 use crate::faults::{self, Barrier, barrier};
@@ -51,25 +53,54 @@ async fn produce(
     out: &mut Output,
     signals: &Signals,
 ) -> Result<ProducerEnd, VfError> {
+    // Publications on the wire, confirmed on their own tasks and taken back in order.
+    let mut window: Window<(String, u64), PublishOutcome> = Window::for_loops();
+    let result = source(cfg, node, ctx, out, signals, &mut window).await;
+    // Whatever ended the loop, every publication in flight is confirmed and counted first:
+    // the EOS's seq (EOS-7) and an ABORT's count at death include them.
+    let confirmed = confirm_all(out, &mut window).await;
+    let end = match (result, confirmed) {
+        (Err(e), _) | (Ok(_), Err(e)) => {
+            // A publication failure ends a producer (exit 3 for BrokerUnavailable).
+            abort_if_poison(cfg, out, &e).await;
+            return Err(e);
+        }
+        (Ok(end), Ok(())) => end,
+    };
+    if end == ProducerEnd::Finished && cfg.has_children {
+        out.eos().await?;
+    }
+    Ok(end)
+}
+
+/// Pulls items from the node and puts each on the wire until end of input, a stop or an
+/// error; a full window waits for its oldest receipt.
+async fn source(
+    cfg: &WorkerConfig,
+    node: &mut dyn Producer,
+    ctx: &mut NodeContext,
+    out: &mut Output,
+    signals: &Signals,
+    window: &mut Window<(String, u64), PublishOutcome>,
+) -> Result<ProducerEnd, VfError> {
     let mut last_end = Instant::now();
     loop {
         crate::health::beat(); // HEALTH-2: each termination check
+        while let Some(ended) = window.ready().await {
+            confirmed(out, ended).await?;
+        }
         if signals.quiesce.is_set() {
             return Ok(ProducerEnd::Quiesced);
         }
         // CTRL-2 / START-3: a control stop or SIGINT ends the source like end of input.
         if signals.stop.is_set() || signals.interrupt.is_set() {
-            break;
+            return Ok(ProducerEnd::Finished);
         }
         let started = Instant::now();
         let item = match tokio::task::block_in_place(|| node.next(ctx)) {
             Ok(Some(item)) => item,
-            Ok(None) => break,
-            Err(e) => {
-                let e = wrap_node_error(e, cfg, None);
-                abort_if_poison(cfg, out, &e).await;
-                return Err(e);
-            }
+            Ok(None) => return Ok(ProducerEnd::Finished),
+            Err(e) => return Err(wrap_node_error(e, cfg, None)),
         };
         let ended = Instant::now();
         let timings = Timings {
@@ -92,23 +123,43 @@ async fn produce(
             timings,
             key,
         );
-        let sent = async {
-            out.data(env).await?;
-            barrier(Barrier::SourcePublishAfter, || {
-                format!("{trace_id} seq {seq}")
-            })
-            .await
-        };
-        if let Err(e) = sent.await {
-            // A publication failure ends a producer (exit 3 for BrokerUnavailable).
-            abort_if_poison(cfg, out, &e).await;
-            return Err(e);
+        let pending = out.start_data(env).await?;
+        window.push((trace_id, seq), pending.bytes(), pending.confirm());
+        while window.is_full() {
+            if let Some(ended) = window.next().await {
+                confirmed(out, ended).await?;
+            }
         }
     }
-    if cfg.has_children {
-        out.eos().await?;
+}
+
+/// Waits for every publication still in flight; the first failure is returned after all
+/// of them ended.
+async fn confirm_all(
+    out: &mut Output,
+    window: &mut Window<(String, u64), PublishOutcome>,
+) -> Result<(), VfError> {
+    let mut first_error = None;
+    while let Some(ended) = window.next().await {
+        if let Err(e) = confirmed(out, ended).await {
+            first_error.get_or_insert(e);
+        }
     }
-    Ok(ProducerEnd::Finished)
+    first_error.map_or(Ok(()), Err)
+}
+
+/// One publication taken back: counted (EOS-7, DELIV-4), then the fault schedule's
+/// `source.publish.after`.
+async fn confirmed(
+    out: &mut Output,
+    ((trace_id, seq), result): ((String, u64), Result<PublishOutcome, VfError>),
+) -> Result<(), VfError> {
+    out.record(&result?);
+    barrier(Barrier::SourcePublishAfter, || {
+        format!("{trace_id} seq {seq}")
+    })
+    .await?;
+    Ok(())
 }
 
 /// ABORT-1a: a death no restart can fix (poison) is announced downstream.

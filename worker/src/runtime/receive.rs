@@ -29,8 +29,11 @@ use crate::runtime::settle::{Held, Settler};
 
 /// How long one receive waits for deliveries before re-checking the stop conditions.
 const POLL: Duration = Duration::from_secs(1);
-/// Idle polls between end-of-stream flush checks (JOIN-21a).
-const FLUSH_EVERY_IDLE_POLLS: u32 = 15;
+/// The shortest drain probe interval (see [`Receiver::poll`]).
+const MIN_DRAIN_PROBE: Duration = Duration::from_millis(10);
+/// Idle receive time between end-of-stream flush checks: JOIN-21a's 15 empty 1 s polls,
+/// counted as time because drain probes poll faster.
+const FLUSH_AFTER_IDLE: Duration = Duration::from_secs(15);
 /// The header that addresses a replay to one node (DELIV-16).
 const REPLAY_TARGET: &str = "VF-Replay-Target";
 
@@ -72,7 +75,8 @@ pub(crate) struct Receiver {
     blob: Option<BlobStore>,
     stop: StopFlag,
     started: Instant,
-    idle_polls: u32,
+    /// Consecutive time spent in empty waits (JOIN-21a).
+    idle_for: Duration,
     /// DATA deliveries dropped before the node: not ours, replays for others, undecodable.
     pub(crate) skipped: u64,
 }
@@ -100,7 +104,7 @@ impl Receiver {
             blob,
             stop,
             started: Instant::now(),
-            idle_polls: 0,
+            idle_for: Duration::ZERO,
             skipped: 0,
         }
     }
@@ -143,21 +147,37 @@ impl Receiver {
                 Err(e) => return Err(VfError::new(ErrorCode::Unknown, e.to_string())),
             }
             // (4) wait for deliveries and fold every one that is ready.
-            let batch = self.inbox.recv(POLL).await;
+            let poll = self.poll();
+            let batch = self.inbox.recv(poll).await;
             if batch.is_empty() {
-                self.idle_polls += 1;
+                self.idle_for += poll;
             } else {
-                self.idle_polls = 0;
+                self.idle_for = Duration::ZERO;
             }
             for d in batch {
                 self.fold(d, settler).await;
             }
             settler.resolve(self.join.take_resolutions()).await;
             self.evaluate_drain().await;
-            if self.idle_polls > 0 && self.idle_polls.is_multiple_of(FLUSH_EVERY_IDLE_POLLS) {
+            if self.idle_for >= FLUSH_AFTER_IDLE {
+                self.idle_for = Duration::ZERO;
                 self.end_of_stream_flush(settler).await;
             }
         }
+    }
+
+    /// How long the next wait for deliveries may last: [`POLL`], or while a parent has
+    /// a terminator but is not stopped yet, a fifth of the quiescence window (10 ms at
+    /// least), so EOS-3 ends a parent within about one window of going quiet instead of at
+    /// the next whole-second poll (the granularity EOS-3 leaves to the implementation).
+    fn poll(&self) -> Duration {
+        let draining = (0..self.cfg.parent_names.len())
+            .any(|p| self.drain.has_terminator(p) && !self.drain.is_stopped(p));
+        if !draining {
+            return POLL;
+        }
+        let window = u64::try_from(self.cfg.eos_quiescence_ms).unwrap_or(0);
+        Duration::from_millis(window / 5).clamp(MIN_DRAIN_PROBE, POLL)
     }
 
     /// Folds one delivery: data into the join, terminators into the drain.

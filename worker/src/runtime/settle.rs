@@ -16,6 +16,21 @@ use crate::join::Resolution;
 /// NAK delay for a dead letter the DLQ did not accept (DELIV-8).
 const DLQ_RETRY_DELAY: Duration = Duration::from_secs(5);
 
+/// DELIV-2: acks every handle of a group at once (each waits for its confirmation) and
+/// releases the blob share of each confirmed ack (BLOB-6); returns how many were acked.
+pub(crate) async fn ack_all(held: &[Held], blob: Option<&BlobStore>) -> u64 {
+    futures::future::join_all(held.iter().map(|h| ack_one(h, blob))).await;
+    u64::try_from(held.len()).unwrap_or(u64::MAX)
+}
+
+/// Acks one handle; an unconfirmed ack keeps its blob obligation (DELIV-1).
+async fn ack_one(h: &Held, blob: Option<&BlobStore>) {
+    let confirmed = h.handle.ack().await.is_confirmed();
+    if confirmed && let (Some(store), Some(r)) = (blob, &h.blob_ref) {
+        store.release(r).await;
+    }
+}
+
 /// One delivery backing a group member: its handle plus what a dead letter needs.
 #[derive(Debug, Clone)]
 pub(crate) struct Held {
@@ -71,19 +86,14 @@ impl Settler {
         }
     }
 
-    /// DELIV-2: ack every handle; release the blob share of each confirmed ack (BLOB-6).
-    pub(crate) async fn ack_all(&mut self, held: &[Held]) {
-        for h in held {
-            self.ack(h).await;
-        }
+    /// The payload store whose shares confirmed acks release (BLOB-6).
+    pub(crate) fn blob(&self) -> Option<BlobStore> {
+        self.blob.clone()
     }
 
     async fn ack(&mut self, h: &Held) {
-        let confirmed = h.handle.ack().await.is_confirmed();
+        ack_one(h, self.blob.as_ref()).await;
         self.counts.acked += 1;
-        if confirmed && let (Some(store), Some(r)) = (&self.blob, &h.blob_ref) {
-            store.release(r).await;
-        }
     }
 
     /// Carries out the join's decisions (JOIN-5/9/21).
