@@ -50,3 +50,13 @@ pub fn median(xs: &[f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
+
+/// A BATCH Flow named `name` with `spec_extra` (more `spec:` keys, each line indented two
+/// spaces, or empty) and `nodes` (the `nodes:` list items, indented two spaces): the preamble
+/// every flow test repeats.
+pub fn batch_flow(name: &str, spec_extra: &str, nodes: &str) -> String {
+    format!(
+        "apiVersion: videoflow.io/v1alpha1\nkind: Flow\nmetadata: {{name: {name}}}\nspec:\n  \
+         type: batch\n{spec_extra}  nodes:\n{nodes}"
+    )
+}

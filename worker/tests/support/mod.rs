@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use videoflow_core::compile::{CompiledFlow, compile};
 use videoflow_core::load::parse_flow;
 use videoflow_core::model::FlowDocument;
+use videoflow_core::naming;
 use videoflow_testkit::{NatsServer, RedisServer};
 use videoflow_worker::broker;
 use videoflow_worker::provision::{node_vars, provision};
@@ -21,8 +22,94 @@ use videoflow_worker::provision::{node_vars, provision};
 struct Proc {
     node: String,
     replica: i64,
+    runtime: Runtime,
     child: Child,
     exit: Option<i32>,
+}
+
+/// Which worker runs a replica: ours, or the Python reference's `python -m videoflow.worker`
+/// (videoflow 1.0.4 from `$VF_REF_PYTHON`, interop tests, issue #13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    /// `videoflow-worker`.
+    Rust,
+    /// `python -m videoflow.worker` of the reference.
+    Reference,
+}
+
+/// Who creates the flow's streams and durables before any worker starts (STREAM-7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provisioner {
+    /// `videoflow-worker provision`, our provision job (`admission::run_provision_job`).
+    Rust,
+    /// The reference's provision job, `python -m videoflow.provision`, fed the compiled
+    /// `specs.json` as a control plane feeds it.
+    Reference,
+}
+
+const REF_VERSION: &str = "1.0.4";
+
+const REF_REMEDY: &str = "Install the Python reference with `./scripts/install-deps` (it creates \
+    the private virtualenv $VF_REF_VENV with videoflow==1.0.4), then run the tests with \
+    `source scripts/env.sh` so VF_REF_PYTHON points at it.";
+
+/// The Python interpreter of the reference virtualenv: `$VF_REF_PYTHON`, else
+/// `$VF_REF_VENV/bin/python`, else `$VF_CACHE/refvenv/bin/python`, else
+/// `~/.cache/videoflow/refvenv/bin/python` (the defaults of `scripts/env.sh`). A missing
+/// interpreter fails the test with the remedy; it never skips it.
+pub fn reference_python() -> PathBuf {
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    let python = if let Some(p) = env("VF_REF_PYTHON") {
+        PathBuf::from(p)
+    } else if let Some(v) = env("VF_REF_VENV") {
+        PathBuf::from(v).join("bin/python")
+    } else {
+        env("VF_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(env("HOME").unwrap_or_default()).join(".cache/videoflow")
+            })
+            .join("refvenv/bin/python")
+    };
+    assert!(
+        python.is_file(),
+        "the Python reference videoflow=={REF_VERSION} is not installed: {} does not exist. \
+         {REF_REMEDY}",
+        python.display()
+    );
+    python
+}
+
+/// `tests/conformance`: the reference helpers and the Python twins of our test nodes
+/// (`interop_nodes.py`), put on the reference worker's `PYTHONPATH`.
+pub fn conformance_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance")
+}
+
+/// The reference worker's `PYTHONPATH`: `tests/conformance` (the twins) and
+/// `tests/conformance/interop_stubs` (a `cv2` placeholder: 1.0.4's `videoflow.producers`
+/// imports OpenCV at package import, which the reference virtualenv's extras do not install).
+fn reference_pythonpath() -> String {
+    let dir = conformance_dir();
+    format!("{}:{}", dir.display(), dir.join("interop_stubs").display())
+}
+
+/// The class the reference worker runs for `class`: the reference's own classes as they
+/// are, our `videoflow.rs.*` test nodes as their Python twins in `interop_nodes.py` (same
+/// parameters, same outputs, same sink records). `None`: no twin, the node cannot run on
+/// the reference.
+pub fn reference_class(class: &str) -> Option<String> {
+    const TWINS: &[&str] = &[
+        "videoflow.rs.consumers.JsonlSink",
+        "videoflow.rs.producers.TickProducer",
+        "videoflow.rs.producers.FailingProducer",
+        "videoflow.rs.producers.SyntheticFrameProducer",
+    ];
+    if TWINS.contains(&class) {
+        let short = class.rsplit('.').next().unwrap_or(class);
+        return Some(format!("interop_nodes.{short}"));
+    }
+    (!class.starts_with("videoflow.rs.")).then(|| class.to_owned())
 }
 
 /// How a worker ended.
@@ -49,17 +136,32 @@ pub struct FlowHarness {
 
 impl FlowHarness {
     /// Starts the servers and compiles `yaml`. Placeholders: `{{DIR}}` (a private directory),
-    /// `{{REDIS}}` (starts a redis-server and puts its URL there).
+    /// `{{REDIS}}` (starts a redis-server and puts its URL there), `{{DURABLE_REDIS}}` (the
+    /// same with `appendonly yes` and `noeviction`, a store admission reads back as durable,
+    /// ADM-1).
     pub fn new(yaml: &str) -> Self {
         let nats = NatsServer::start().unwrap_or_else(|e| panic!("{e}"));
         let dir = nats.dir().join("flow");
         std::fs::create_dir_all(&dir).expect("flow dir");
-        let redis = yaml
-            .contains("{{REDIS}}")
-            .then(|| RedisServer::start().unwrap_or_else(|e| panic!("{e}")));
+        let redis = if yaml.contains("{{DURABLE_REDIS}}") {
+            Some(
+                RedisServer::start_with(&[
+                    "--appendonly",
+                    "yes",
+                    "--maxmemory-policy",
+                    "noeviction",
+                ])
+                .unwrap_or_else(|e| panic!("{e}")),
+            )
+        } else {
+            yaml.contains("{{REDIS}}")
+                .then(|| RedisServer::start().unwrap_or_else(|e| panic!("{e}")))
+        };
         let mut text = yaml.replace("{{DIR}}", &dir.display().to_string());
         if let Some(r) = &redis {
-            text = text.replace("{{REDIS}}", &r.url());
+            text = text
+                .replace("{{REDIS}}", &r.url())
+                .replace("{{DURABLE_REDIS}}", &r.url());
         }
         let doc = parse_flow(&text).unwrap_or_else(|d| panic!("flow does not parse: {d:#?}"));
         let flow = compile(&doc).unwrap_or_else(|d| panic!("flow does not compile: {d:#?}"));
@@ -114,8 +216,16 @@ impl FlowHarness {
             .unwrap_or_else(|e| panic!("{}", e.render()))
     }
 
-    /// Starts one replica (appending to its log), with `extra` variables on top.
+    /// Starts one replica on the Rust worker (appending to its log), with `extra` variables
+    /// on top.
     pub fn spawn(&mut self, node: &str, replica: i64, extra: &[(&str, &str)]) {
+        self.spawn_on(Runtime::Rust, node, replica, extra);
+    }
+
+    /// Starts one replica on `runtime` (appending to its log) with the environment a control
+    /// plane renders, `extra` variables on top. The reference worker gets the same variables;
+    /// only `VF_NODE_CLASS` names the Python twin of a `videoflow.rs.*` node.
+    pub fn spawn_on(&mut self, runtime: Runtime, node: &str, replica: i64, extra: &[(&str, &str)]) {
         let log_path = self.log_path(node, replica);
         let log = File::options()
             .create(true)
@@ -123,25 +233,165 @@ impl FlowHarness {
             .open(&log_path)
             .expect("log");
         let err = log.try_clone().expect("log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_videoflow-worker"));
-        cmd.env_clear()
-            .envs(self.vars(node, replica))
+        let mut vars = self.vars(node, replica);
+        let mut cmd = match runtime {
+            Runtime::Rust => {
+                let mut cmd = Command::new(env!("CARGO_BIN_EXE_videoflow-worker"));
+                cmd.env_clear().env("NO_COLOR", "1").env("VF_LOG", "info");
+                cmd
+            }
+            Runtime::Reference => {
+                if let Some(class) = vars.get("VF_NODE_CLASS") {
+                    let twin = reference_class(class).unwrap_or_else(|| {
+                        panic!("{node}: {class} has no Python twin in interop_nodes.py")
+                    });
+                    vars.insert("VF_NODE_CLASS".into(), twin);
+                }
+                let mut cmd = Command::new(reference_python());
+                cmd.args(["-m", "videoflow.worker"])
+                    .env_clear()
+                    .env("PYTHONPATH", reference_pythonpath())
+                    .env("PYTHONUNBUFFERED", "1");
+                cmd
+            }
+        };
+        cmd.envs(vars)
             .env("VF_TERMINATION_LOG", self.termination_path(node, replica))
-            .env("NO_COLOR", "1")
-            .env("VF_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(err));
         for (k, v) in extra {
             cmd.env(k, v);
         }
-        let child = cmd.spawn().expect("spawn videoflow-worker");
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {runtime:?} worker for {node}.{replica}: {e}"));
         self.procs.push(Proc {
             node: node.to_owned(),
             replica,
+            runtime,
             child,
             exit: None,
         });
+    }
+
+    /// Provisions with `provisioner` (STREAM-7): the provision job a control plane runs,
+    /// ours or the reference's, fed the same input — the compiled `specs.json` and the
+    /// flow-level `VF_*` of the nodes' environment (ids, flow type, NATS, payload store,
+    /// runtime store, retries) — admission (ADM-1/2) included.
+    pub fn provision_with(&self, provisioner: Provisioner) {
+        let first = &self.flow.nodes.first().expect("a node").name;
+        let node_env = self.vars(first, 0);
+        let mut cmd = match provisioner {
+            Provisioner::Rust => {
+                let mut cmd = Command::new(env!("CARGO_BIN_EXE_videoflow-worker"));
+                cmd.arg("provision")
+                    .env_clear()
+                    .env("NO_COLOR", "1")
+                    .env("VF_LOG", "info");
+                cmd
+            }
+            Provisioner::Reference => {
+                let mut cmd = Command::new(reference_python());
+                cmd.args(["-m", "videoflow.provision"]).env_clear();
+                cmd
+            }
+        };
+        cmd.env("VF_FLOW_SPECS_JSON", self.flow.specs_json())
+            .env("VF_ADMISSION_TIMEOUT_SECONDS", "20");
+        for key in [
+            "VF_FLOW_ID",
+            "VF_RUN_ID",
+            "VF_FLOW_TYPE",
+            "VF_NATS_URL",
+            "VF_BLOB_REDIS_URL",
+            "VF_RUNTIME_STORE_URL",
+            "VF_MAX_RETRIES",
+        ] {
+            if let Some(v) = node_env.get(key) {
+                cmd.env(key, v);
+            }
+        }
+        let out = cmd
+            .output()
+            .unwrap_or_else(|e| panic!("run the {provisioner:?} provision job: {e}"));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::write(self.dir.join("provision.log"), &text).expect("provision log");
+        assert!(
+            out.status.success(),
+            "the {provisioner:?} provision job failed ({}):\n{text}",
+            out.status
+        );
+    }
+
+    /// Changes the `ack_wait` of `child`'s shared data durable on `parent` after
+    /// provisioning, before any worker binds it (workers of both runtimes bind a durable as
+    /// they find it, STREAM-7): a SIGKILLed replica's un-acked deliveries then lapse quickly.
+    pub fn set_ack_wait(&self, child: &str, parent: &str, ack_wait: Duration) {
+        let vars = self.vars(child, 0);
+        let (flow, run) = (&vars["VF_FLOW_ID"], &vars["VF_RUN_ID"]);
+        let url = self.nats.url();
+        self.runtime.block_on(async {
+            let client = async_nats::connect(&url)
+                .await
+                .unwrap_or_else(|e| panic!("connect: {e}"));
+            let js = async_nats::jetstream::new(client);
+            let stream = js
+                .get_stream(naming::stream_name(flow, run, parent))
+                .await
+                .unwrap_or_else(|e| panic!("{parent}'s stream: {e}"));
+            let durable = naming::durable_name(child, parent);
+            let mut config = stream
+                .consumer_info(&durable)
+                .await
+                .unwrap_or_else(|e| panic!("{durable}: {e}"))
+                .config
+                .clone();
+            config.ack_wait = ack_wait;
+            let updated = stream
+                .update_consumer(config)
+                .await
+                .unwrap_or_else(|e| panic!("update {durable}: {e}"));
+            assert_eq!(updated.cached_info().config.ack_wait, ack_wait);
+        });
+    }
+
+    /// Provisions with `provisioner`, then starts every replica of every node on the runtime
+    /// `placement` names for it: `(node, [runtime of replica 0, 1, …])`, every node and
+    /// replica exactly once.
+    pub fn start_placed(&mut self, provisioner: Provisioner, placement: &[(&str, &[Runtime])]) {
+        let nodes: Vec<(String, i64)> = self
+            .flow
+            .nodes
+            .iter()
+            .map(|n| (n.name.clone(), n.nb_tasks))
+            .collect();
+        assert_eq!(
+            nodes.len(),
+            placement.len(),
+            "one placement per node: {placement:?}"
+        );
+        for (node, replicas) in &nodes {
+            let (_, runtimes) = placement
+                .iter()
+                .find(|(n, _)| n == node)
+                .unwrap_or_else(|| panic!("no placement for {node}"));
+            assert_eq!(
+                runtimes.len() as i64,
+                *replicas,
+                "{node}: one runtime per replica"
+            );
+        }
+        self.provision_with(provisioner);
+        for (node, runtimes) in placement {
+            for (r, runtime) in runtimes.iter().enumerate() {
+                self.spawn_on(*runtime, node, r as i64, &[]);
+            }
+        }
     }
 
     /// SIGKILLs the running `node`/`replica`.
@@ -224,8 +474,8 @@ impl FlowHarness {
                 let log = self.log(&p.node, p.replica);
                 let tail: Vec<&str> = log.lines().rev().take(25).collect();
                 out.push_str(&format!(
-                    "--- {}.{} (exit {:?})\n",
-                    p.node, p.replica, p.exit
+                    "--- {}.{} on {:?} (exit {:?})\n",
+                    p.node, p.replica, p.runtime, p.exit
                 ));
                 for l in tail.into_iter().rev() {
                     out.push_str(l);
