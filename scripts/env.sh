@@ -25,3 +25,12 @@ export VF_REF_PYTHON="${VF_REF_PYTHON:-$VF_REF_VENV/bin/python}"
 export VF_SDK_VENV="${VF_SDK_VENV:-$VF_CACHE/sdkvenv}"
 export VF_SDK_PYTHON="${VF_SDK_PYTHON:-$VF_SDK_VENV/bin/python}"
 export PATH="$VF_SDK_VENV/bin:$PATH"
+# The e2e control plane (scripts/testenv, docs/TESTING.md): pinned etcd, Kubernetes
+# (kube-apiserver, kube-controller-manager, kube-scheduler) and kwok, built from their Go
+# modules into $VF_TESTENV_BIN (outside the clone, keyed by the versions). KEDA only for its
+# ScaledObject CRD (config/keda/, copied verbatim from the pinned release's module).
+export VF_TESTENV_K8S_VERSION="1.37.2"
+export VF_TESTENV_ETCD_VERSION="3.7.3"
+export VF_TESTENV_KWOK_VERSION="0.8.0"
+export VF_TESTENV_KEDA_VERSION="2.21.0"
+export VF_TESTENV_BIN="${VF_TESTENV_BIN:-$VF_CACHE/testenv/k8s-$VF_TESTENV_K8S_VERSION-etcd-$VF_TESTENV_ETCD_VERSION-kwok-$VF_TESTENV_KWOK_VERSION/bin}"

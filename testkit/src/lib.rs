@@ -8,11 +8,13 @@
 //! (`scripts/install-deps` installs them; `scripts/env.sh` puts them on `PATH`). A missing
 //! binary is an error naming the remedy, never a silently skipped test.
 
+pub mod control_plane;
 mod nats;
 mod port;
 mod process;
 mod redis;
 
+pub use control_plane::ControlPlane;
 pub use nats::NatsServer;
 pub use redis::RedisServer;
 
@@ -46,6 +48,15 @@ pub enum TestkitError {
         /// Seconds waited.
         secs: u64,
         /// Last lines of its output.
+        log: String,
+    },
+    /// The Kubernetes control plane (`scripts/testenv run`) did not start; the script's
+    /// output says why (missing binaries name `scripts/testenv build`).
+    #[error("the e2e control plane did not start: {why}; scripts/testenv output:\n{log}")]
+    ControlPlane {
+        /// What went wrong.
+        why: String,
+        /// Last lines of the script's output.
         log: String,
     },
 }

@@ -209,6 +209,11 @@ pub async fn run(
         .for_each(|result| async move {
             match result {
                 Ok((flow, _)) => tracing::debug!(flow = %flow, "reconciled"),
+                // A child's delete event of a Flow that is already gone (every Flow deletion
+                // ends this way): nothing to reconcile, and nothing to warn about.
+                Err(controller::Error::ObjectNotFound(flow)) => {
+                    tracing::debug!(flow = %flow, "event for a deleted Flow");
+                }
                 Err(e) => tracing::warn!(error = %e, "controller"),
             }
         })

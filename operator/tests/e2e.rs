@@ -1,0 +1,832 @@
+//! The operator end to end (issues #8, #9, #11): `videoflow-operator run` as a process against
+//! a real API server, controller manager, scheduler and kwok (`scripts/testenv`), with a real
+//! nats-server, under the Helm chart's ServiceAccount and RBAC.
+//!
+//! One control plane and one operator serve every scenario; each scenario has a namespace of
+//! its own. Pods never really run: kwok's stages make them Ready, complete Job pods with exit
+//! 0, and end an annotated pod's container with the exit code and termination message of the
+//! annotations (`testenv.videoflow.io/*`, see `scripts/testenv`).
+//!
+//! `VF_E2E_KUBECONFIG=<path>` runs the scenarios against an existing cluster instead (see
+//! docs/TESTING.md); the audit comparison then cannot run and is reported as ignored.
+//! Missing control-plane binaries fail every scenario with the remedy
+//! (`scripts/testenv build`, or `scripts/install-deps`).
+
+#[path = "e2e/world.rs"]
+mod world;
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use libtest_mimic::{Arguments, Failed, Trial};
+use serde_json::{Value, json};
+use videoflow_core::errors::{ErrorCode, VfError};
+use videoflow_operator::controller::permissions::REQUIRED_PERMISSIONS;
+use videoflow_operator::render::{self, RenderConfig};
+use world::{
+    OPERATOR_NS, SERVICE_ACCOUNT, World, apply_flow, condition, delete_flow, dynamic_api, get_flow,
+    has_condition, labelled, namespace, poll, repo_root, wait_flow,
+};
+
+/// The world, started by the first scenario that runs.
+type Shared = Arc<OnceLock<Result<Arc<World>, String>>>;
+
+fn world(shared: &Shared) -> Result<Arc<World>, Failed> {
+    shared
+        .get_or_init(|| World::start().map(Arc::new))
+        .clone()
+        .map_err(|e| Failed::from(format!("e2e set-up failed: {e}")))
+}
+
+/// Runs one async scenario on the world's runtime; a panic becomes the failure, with the
+/// operator's log tail appended.
+fn scenario<F, Fut>(shared: &Shared, f: F) -> Result<(), Failed>
+where
+    F: FnOnce(Arc<World>) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let w = world(shared)?;
+    let outcome =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.rt.block_on(f(w.clone()))));
+    match outcome {
+        Ok(()) => Ok(()),
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "panicked".to_owned());
+            Err(Failed::from(format!(
+                "{msg}\n--- operator: {} ---\n{}",
+                w.operator_state(),
+                w.operator_tail(30)
+            )))
+        }
+    }
+}
+
+fn trial<F, Fut>(shared: &Shared, name: &str, f: F) -> Trial
+where
+    F: FnOnce(Arc<World>) -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    let shared = shared.clone();
+    Trial::test(name, move || scenario(&shared, f))
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Arguments::from_args();
+    let shared: Shared = Arc::new(OnceLock::new());
+    let scenarios = vec![
+        trial(
+            &shared,
+            "every_sample_flow_is_admitted_and_gets_its_objects_with_owner_references",
+            samples,
+        ),
+        trial(
+            &shared,
+            "an_invalid_flow_is_not_admitted_and_nothing_is_created",
+            invalid_flow,
+        ),
+        trial(
+            &shared,
+            "a_worker_exit_3_with_a_json_record_makes_the_flow_degraded_with_code_and_remedy",
+            degraded,
+        ),
+        trial(
+            &shared,
+            "a_batch_flow_whose_jobs_complete_is_complete",
+            batch_complete,
+        ),
+        trial(
+            &shared,
+            "a_topology_change_starts_a_new_run_and_removes_the_old_runs_objects",
+            topology_change,
+        ),
+        trial(
+            &shared,
+            "an_image_change_updates_the_workloads_in_place_within_the_same_run",
+            image_change,
+        ),
+        trial(
+            &shared,
+            "a_worker_the_scheduler_cannot_place_makes_the_flow_stalled_after_the_grace",
+            stalled,
+        ),
+        trial(
+            &shared,
+            "delete_runs_the_teardown_job_releases_the_finalizer_and_collects_every_object",
+            delete_flow_scenario,
+        ),
+        trial(
+            &shared,
+            "scale_6_rendered_scaled_objects_are_accepted_by_the_api_server_with_the_keda_crd",
+            scaled_objects,
+        ),
+    ];
+    let first = libtest_mimic::run(&args, scenarios);
+    // The audit comparison needs every scenario's requests, so it runs after them (and only
+    // claims "every granted verb was used" when none was filtered out).
+    let complete = first.num_filtered_out == 0 && first.num_ignored == 0;
+    let existing = std::env::var_os(videoflow_testkit::control_plane::EXISTING_KUBECONFIG_VAR)
+        .is_some_and(|v| !v.is_empty());
+    let audit = {
+        let shared = shared.clone();
+        Trial::test(
+            "rbac_the_operator_under_the_charts_service_account_uses_exactly_the_granted_verbs",
+            move || {
+                let w = world(&shared)?;
+                rbac_audit(&w, complete).map_err(Failed::from)
+            },
+        )
+        .with_ignored_flag(existing)
+    };
+    let second = libtest_mimic::run(&args, vec![audit]);
+    // Every trial closure is gone: dropping the last handle stops the operator, nats-server
+    // and the control plane, in that order.
+    drop(shared);
+    if first.has_failed() || second.has_failed() {
+        std::process::ExitCode::FAILURE
+    } else {
+        std::process::ExitCode::SUCCESS
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flows.
+
+/// A realtime chain of three long-running nodes (three Deployments).
+const CHAIN: &str = r#"
+apiVersion: videoflow.io/v1alpha1
+kind: Flow
+metadata: {name: chain}
+spec:
+  type: realtime
+  nodes:
+  - {name: cam, kind: producer, finite: false, component: {builtin: videoflow.producers.basic.IntProducer}}
+  - {name: det, kind: processor, parents: [cam], component: {builtin: videoflow.processors.basic.IdentityProcessor}}
+  - {name: sink, kind: consumer, parents: [det], component: {builtin: videoflow.consumers.basic.VoidConsumer}}
+"#;
+
+/// Every kind the operator renders: Deployments, an autoscaled Deployment (its PDB and KEDA
+/// ScaledObject), a partitioned StatefulSet (its headless Service and PDB), Jobs.
+/// `MONITORING` is replaced by the nats-server's monitoring URL.
+const WIDE: &str = r#"
+apiVersion: videoflow.io/v1alpha1
+kind: Flow
+metadata: {name: wide}
+spec:
+  type: realtime
+  broker: {monitoringUrl: "MONITORING"}
+  nodes:
+  - {name: cam, kind: producer, finite: false, component: {builtin: videoflow.producers.basic.IntProducer}}
+  - name: det
+    kind: processor
+    parents: [cam]
+    autoscaling: {enabled: true, minReplicas: 1, maxReplicas: 4, targetLagPerReplica: 50}
+    component: {builtin: videoflow.processors.basic.IdentityProcessor}
+  - {name: part, kind: processor, parents: [cam], replicas: 2, partitionBy: trace_id, component: {builtin: videoflow.processors.basic.IdentityProcessor}}
+  - {name: sink, kind: consumer, parents: [det], component: {builtin: videoflow.consumers.basic.VoidConsumer}}
+  - {name: sink2, kind: consumer, parents: [part], component: {builtin: videoflow.consumers.basic.VoidConsumer}}
+"#;
+
+fn wide(w: &World) -> String {
+    WIDE.replace("MONITORING", &w.nats.monitoring_url())
+}
+
+/// The operator's rendering of `yaml` in `ns` (what it should create), from the library.
+fn rendered(w: &World, ns: &str, yaml: &str) -> render::Rendered {
+    let mut flow =
+        render::load::flow_from_text(yaml).unwrap_or_else(|d| panic!("the Flow parses: {d:?}"));
+    flow.metadata.namespace = Some(ns.to_owned());
+    let config = RenderConfig {
+        namespace: ns.to_owned(),
+        nats_url: Some(w.nats.url()),
+        ..RenderConfig::default()
+    };
+    render::render(&flow, &config).unwrap_or_else(|e| panic!("the Flow renders: {e}"))
+}
+
+fn api_version_of(kind: &str) -> &'static str {
+    world::CHILD_KINDS
+        .iter()
+        .find(|(_, k)| *k == kind)
+        .map_or("v1", |(v, _)| v)
+}
+
+/// Waits until every object `rendered` lists exists and is controlled by the Flow `uid`.
+async fn wait_owned_objects(
+    client: &Client,
+    ns: &str,
+    flow: &str,
+    uid: &str,
+    r: &render::Rendered,
+) {
+    for o in r.objects() {
+        let (kind, name) = (o.kind(), o.name().to_owned());
+        let api = dynamic_api(client, api_version_of(kind), kind, Some(ns))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let obj = poll(&format!("{kind} {ns}/{name} of Flow {flow}"), || async {
+            api.get_opt(&name).await.ok().flatten()
+        })
+        .await;
+        let owners = obj.metadata.owner_references.unwrap_or_default();
+        assert!(
+            owners.iter().any(|r| r.kind == "Flow"
+                && r.name == flow
+                && r.uid == uid
+                && r.controller == Some(true)
+                && r.block_owner_deletion == Some(true)),
+            "{kind} {ns}/{name} is not controlled by Flow {flow} ({uid}): {owners:?}"
+        );
+    }
+}
+
+fn uid(flow: &Value) -> String {
+    flow["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn run_id(flow: &Value) -> String {
+    flow["status"]["runId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios.
+
+/// Every sample of config/samples is admitted, gets every rendered object with a controller
+/// owner reference to it, and then runs: batch samples complete, realtime ones become Ready.
+async fn samples(w: Arc<World>) {
+    let c = &w.client;
+    let ns = namespace(c, "e2e-samples").await;
+    let dir = repo_root().join("config/samples");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5, "samples: {files:?}");
+    let mut applied = Vec::new();
+    for path in &files {
+        let yaml = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{e}"));
+        let name = apply_flow(c, &ns, &yaml).await;
+        applied.push((path.clone(), yaml, name));
+    }
+    for (path, yaml, name) in &applied {
+        let flow = wait_flow(c, &ns, name, "Admitted=True", |f| {
+            has_condition(f, "Admitted", "True")
+        })
+        .await;
+        let r = rendered(&w, &ns, yaml);
+        assert_eq!(run_id(&flow), r.run_id, "{}", path.display());
+        wait_owned_objects(c, &ns, name, &uid(&flow), &r).await;
+        let batch = flow["spec"]["type"] == "batch";
+        let (what, cond) = if batch {
+            ("Complete=True", "Complete")
+        } else {
+            ("Ready=True", "Ready")
+        };
+        let flow = wait_flow(c, &ns, name, what, |f| has_condition(f, cond, "True")).await;
+        let finalizers = flow["metadata"]["finalizers"].to_string();
+        assert!(
+            finalizers.contains("videoflow.io/teardown"),
+            "{name}: {finalizers}"
+        );
+    }
+}
+
+/// A Flow whose node names an absent parent: Admitted=False with the problem, no finalizer,
+/// and no object created for it.
+async fn invalid_flow(w: Arc<World>) {
+    let c = &w.client;
+    let ns = namespace(c, "e2e-invalid").await;
+    let yaml = r#"
+apiVersion: videoflow.io/v1alpha1
+kind: Flow
+metadata: {name: broken}
+spec:
+  type: batch
+  nodes:
+  - {name: numbers, kind: producer, component: {builtin: videoflow.producers.basic.IntProducer}}
+  - {name: sink, kind: consumer, parents: [nope], component: {builtin: videoflow.consumers.basic.VoidConsumer}}
+"#;
+    let name = apply_flow(c, &ns, yaml).await;
+    let flow = wait_flow(c, &ns, &name, "Admitted=False", |f| {
+        has_condition(f, "Admitted", "False")
+    })
+    .await;
+    let (_, reason, message) = condition(&flow, "Admitted").unwrap_or_default();
+    assert!(!reason.is_empty(), "a reason");
+    assert!(
+        message.contains("nope"),
+        "the message names the problem: {message}"
+    );
+    assert_eq!(flow["status"]["phase"], "Failed", "{}", flow["status"]);
+    assert!(
+        flow["metadata"]["finalizers"]
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "no finalizer on a Flow that was never admitted: {}",
+        flow["metadata"]
+    );
+    // The status write is the reconcile's last step for a rejected Flow, so whatever it would
+    // have created exists by now.
+    let objects = labelled(c, &ns, &format!("videoflow.io/flow={name}"), true).await;
+    assert!(
+        objects.is_empty(),
+        "created for a rejected Flow: {objects:?}"
+    );
+    let all = labelled(
+        c,
+        &ns,
+        "app.kubernetes.io/managed-by=videoflow-operator",
+        true,
+    )
+    .await;
+    assert!(all.is_empty(), "created in {ns}: {all:?}");
+}
+
+/// A running worker's container exits 3 with the worker's JSON termination record (a kwok
+/// stage): the Flow is Degraded with the worker's code, message and remedy.
+async fn degraded(w: Arc<World>) {
+    let c = &w.client;
+    let ns = namespace(c, "e2e-degraded").await;
+    let name = apply_flow(c, &ns, CHAIN).await;
+    wait_flow(c, &ns, &name, "Ready=True", |f| {
+        has_condition(f, "Ready", "True")
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
+    let selector = format!("videoflow.io/flow={name},videoflow.io/node=det");
+    let pod = poll("a running pod of node det", || async {
+        pods.list(&ListParams::default().labels(&selector))
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+    })
+    .await;
+    let pod_name = pod.metadata.name.unwrap_or_default();
+    let error = VfError::new(
+        ErrorCode::BrokerUnavailable,
+        "cannot reach the broker at nats://nats.example:4222",
+    )
+    .with_remedy("Check spec.broker.url and that the broker accepts connections from the pods.");
+    assert_eq!(error.exit_code(), 3);
+    let record = error.termination_json();
+    let patch = json!({"metadata": {"annotations": {
+        "testenv.videoflow.io/exit-code": "3",
+        "testenv.videoflow.io/termination-message": record,
+    }}});
+    pods.patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("annotating pod {pod_name}: {e}"));
+    let flow = wait_flow(c, &ns, &name, "Degraded=True", |f| {
+        has_condition(f, "Degraded", "True")
+    })
+    .await;
+    let (_, reason, message) = condition(&flow, "Degraded").unwrap_or_default();
+    assert_eq!(reason, "BrokerUnavailable", "{message}");
+    assert!(message.contains("VF_BROKER_UNAVAILABLE"), "{message}");
+    assert!(
+        message.contains("Check spec.broker.url"),
+        "the remedy: {message}"
+    );
+    assert!(message.contains(&pod_name), "{message}");
+    assert_eq!(flow["status"]["phase"], "Degraded");
+    let det = flow["status"]["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["name"] == "det"))
+        .unwrap_or_else(|| panic!("status.nodes[det]: {}", flow["status"]));
+    let t = &det["lastTermination"];
+    assert_eq!(t["exitCode"], 3, "{t}");
+    assert_eq!(t["code"], "VF_BROKER_UNAVAILABLE", "{t}");
+    assert_eq!(t["pod"], pod_name.as_str(), "{t}");
+    assert!(
+        t["remedy"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("Check spec.broker.url")),
+        "{t}"
+    );
+    assert!(
+        t["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("nats.example")),
+        "{t}"
+    );
+}
+
+/// A BATCH flow: the provisioning Job and every node Job complete, so the Flow is Complete,
+/// Succeeded, Ready (Succeeded) and not Progressing, with a completion time.
+async fn batch_complete(w: Arc<World>) {
+    let c = &w.client;
+    let ns = namespace(c, "e2e-batch").await;
+    let yaml = r#"
+apiVersion: videoflow.io/v1alpha1
+kind: Flow
+metadata: {name: nums}
+spec:
+  type: batch
+  nodes:
+  - {name: numbers, kind: producer, component: {builtin: videoflow.producers.basic.IntProducer}, params: {start_value: 0, end_value: 9}}
+  - {name: double, kind: processor, parents: [numbers], replicas: 2, component: {builtin: videoflow.processors.basic.IdentityProcessor}}
+  - {name: sink, kind: consumer, parents: [double], component: {builtin: videoflow.consumers.basic.VoidConsumer}}
+"#;
+    let name = apply_flow(c, &ns, yaml).await;
+    let flow = wait_flow(c, &ns, &name, "Complete=True", |f| {
+        has_condition(f, "Complete", "True")
+    })
+    .await;
+    let status = &flow["status"];
+    assert_eq!(status["phase"], "Succeeded", "{status}");
+    assert!(has_condition(&flow, "Provisioned", "True"), "{status}");
+    assert!(has_condition(&flow, "Failed", "False"), "{status}");
+    assert!(has_condition(&flow, "Progressing", "False"), "{status}");
+    let (ready, reason, _) = condition(&flow, "Ready").unwrap_or_default();
+    assert_eq!(
+        (ready.as_str(), reason.as_str()),
+        ("True", "Succeeded"),
+        "{status}"
+    );
+    assert!(status["completionTime"].is_string(), "{status}");
+    let r = rendered(&w, &ns, yaml);
+    let jobs = dynamic_api(c, "batch/v1", "Job", Some(&ns))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    for n in &r.nodes {
+        let job = jobs
+            .get(n.workload.name())
+            .await
+            .unwrap_or_else(|e| panic!("Job {}: {e}", n.workload.name()));
+        let job = serde_json::to_value(job).unwrap_or_default();
+        let complete = job["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Complete" && c["status"] == "True")
+        });
+        assert!(
+            complete,
+            "Job {} is Complete: {}",
+            n.workload.name(),
+            job["status"]
+        );
+    }
+}
+
+/// Adding a node changes the topology: a new run id, the new run's objects, and every object
+/// of the old run (workloads, ConfigMap, Jobs, pods) gone.
+async fn topology_change(w: Arc<World>) {
+    let c = &w.client;
+    let ns = namespace(c, "e2e-topology").await;
+    let name = apply_flow(c, &ns, CHAIN).await;
+    let before = wait_flow(c, &ns, &name, "Ready=True", |f| {
+        has_condition(f, "Ready", "True")
+    })
+    .await;
+    let old_run = run_id(&before);
+    let old_selector = format!("videoflow.io/flow={name},videoflow.io/run={old_run}");
+    let old_objects = labelled(c, &ns, &old_selector, false).await;
+    assert!(
+        old_objects.iter().any(|o| o.starts_with("Deployment/")),
+        "the old run's objects: {old_objects:?}"
+    );
+    let changed = CHAIN.replace(
+        "  - {name: sink,",
+        "  - {name: audit, kind: consumer, parents: [det], component: {builtin: videoflow.consumers.basic.VoidConsumer}}\n  - {name: sink,",
+    );
+    assert_ne!(changed, CHAIN);
+    apply_flow(c, &ns, &changed).await;
+    let r = rendered(&w, &ns, &changed);
+    assert_ne!(r.run_id, old_run, "a topology change is a new run");
+    let after = wait_flow(c, &ns, &name, "the new run Ready", |f| {
+        run_id(f) == r.run_id && has_condition(f, "Ready", "True")
+    })
+    .await;
+    assert_eq!(after["status"]["nodes"].as_array().map(Vec::len), Some(4));
+    wait_owned_objects(c, &ns, &name, &uid(&after), &r).await;
+    poll("the old run's objects (and pods) to be gone", || async {
+        labelled(c, &ns, &old_selector, true)
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+}
+
+/// Only the image changes: the run id stays, every Deployment's pod template gets the new
+/// image (a rolling update the controllers and kwok carry out), nothing is pruned, and the
+/// Flow is Ready again at its new generation.
+async fn image_change(w: Arc<World>) {
+    let c = &w.client;
+    let ns = namespace(c, "e2e-image").await;
+    let name = apply_flow(c, &ns, CHAIN).await;
+    let before = wait_flow(c, &ns, &name, "Ready=True", |f| {
+        has_condition(f, "Ready", "True")
+    })
+    .await;
+    let run = run_id(&before);
+    let selector = format!("videoflow.io/flow={name}");
+    let objects = labelled(c, &ns, &selector, false).await;
+    let image = "registry.example/videoflow-worker:e2e";
+    let changed = CHAIN.replace(
+        "  type: realtime\n",
+        &format!("  type: realtime\n  image: {{worker: \"{image}\"}}\n"),
+    );
+    assert_ne!(changed, CHAIN);
+    apply_flow(c, &ns, &changed).await;
+    let generation = before["metadata"]["generation"]
+        .as_i64()
+        .unwrap_or_default()
+        + 1;
+    let after = wait_flow(c, &ns, &name, "Ready=True at the new generation", |f| {
+        f["status"]["observedGeneration"].as_i64() == Some(generation)
+            && has_condition(f, "Ready", "True")
+    })
+    .await;
+    assert_eq!(run_id(&after), run, "an image change is not a new run");
+    let deployments = dynamic_api(c, "apps/v1", "Deployment", Some(&ns))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    poll("every Deployment rolled out with the new image", || async {
+        let list = deployments
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .ok()?;
+        let all = list.items.len() == 3
+            && list.items.iter().all(|d| {
+                let d = serde_json::to_value(d).unwrap_or_default();
+                d["spec"]["template"]["spec"]["containers"][0]["image"] == image
+                    && d["status"]["updatedReplicas"] == d["spec"]["replicas"]
+                    && d["status"]["readyReplicas"] == d["spec"]["replicas"]
+            });
+        all.then_some(())
+    })
+    .await;
+    let now = labelled(c, &ns, &selector, false).await;
+    assert_eq!(now, objects, "the same objects, updated in place");
+}
+
+/// A worker asking for more GPUs than any node has stays Pending (the real scheduler marks
+/// it Unschedulable): past the operator's grace (5 s here) the Flow is Stalled, and says why.
+async fn stalled(w: Arc<World>) {
+    let c = &w.client;
+    let ns = namespace(c, "e2e-stalled").await;
+    let yaml = CHAIN.replace(
+        "parents: [cam], component:",
+        "parents: [cam], gpu: {count: 1000}, component:",
+    );
+    assert_ne!(yaml, CHAIN);
+    let name = apply_flow(c, &ns, &yaml).await;
+    let flow = wait_flow(c, &ns, &name, "Stalled=True", |f| {
+        has_condition(f, "Stalled", "True")
+    })
+    .await;
+    let (_, reason, message) = condition(&flow, "Stalled").unwrap_or_default();
+    assert_eq!(reason, "Unschedulable", "{message}");
+    assert!(message.contains("node 'det'"), "{message}");
+    assert!(
+        message.contains("nvidia.com/gpu"),
+        "the scheduler's reason: {message}"
+    );
+    assert_eq!(flow["status"]["phase"], "Degraded", "{}", flow["status"]);
+    assert!(has_condition(&flow, "Ready", "False"), "{}", flow["status"]);
+}
+
+/// Deleting a running Flow: the operator stops the workers, runs the teardown Job, reports
+/// TornDown and releases its finalizer; the Flow goes and so does everything it owned.
+async fn delete_flow_scenario(w: Arc<World>) {
+    let c = &w.client;
+    let ns = namespace(c, "e2e-delete").await;
+    let yaml = wide(&w);
+    let name = apply_flow(c, &ns, &yaml).await;
+    let flow = wait_flow(c, &ns, &name, "Ready=True", |f| {
+        has_condition(f, "Ready", "True")
+    })
+    .await;
+    wait_owned_objects(c, &ns, &name, &uid(&flow), &rendered(&w, &ns, &yaml)).await;
+    let selector = format!("videoflow.io/flow={name}");
+    let before = labelled(c, &ns, &selector, true).await;
+    for kind in [
+        "Deployment/",
+        "StatefulSet/",
+        "Service/",
+        "PodDisruptionBudget/",
+        "ScaledObject/",
+        "Pod/",
+    ] {
+        assert!(
+            before.iter().any(|o| o.starts_with(kind)),
+            "a {kind} before the delete: {before:?}"
+        );
+    }
+    delete_flow(c, &ns, &name).await;
+    poll(
+        &format!("Flow {ns}/{name} to be gone (finalizer released)"),
+        || async { get_flow(c, &ns, &name).await.is_none().then_some(()) },
+    )
+    .await;
+    // The release event is published only once the teardown Job completed.
+    let events = dynamic_api(c, "events.k8s.io/v1", "Event", Some(&ns))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let torn_down = poll("the TornDown event", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .map(|e| serde_json::to_value(e).unwrap_or_default())
+            .find(|e| e["reason"] == "TornDown" && e["regarding"]["name"] == name.as_str())
+    })
+    .await;
+    assert!(
+        torn_down["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("were deleted")),
+        "{torn_down}"
+    );
+    poll(
+        "every object of the Flow (and its pods) to be garbage-collected",
+        || async {
+            labelled(c, &ns, &selector, true)
+                .await
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// SCALE-6 against the real API server: the ScaledObject the operator applies is accepted
+/// by the pinned KEDA CRD's schema and stored exactly as rendered (nothing pruned).
+async fn scaled_objects(w: Arc<World>) {
+    let c = &w.client;
+    let ns = namespace(c, "e2e-keda").await;
+    let yaml = wide(&w);
+    let name = apply_flow(c, &ns, &yaml).await;
+    let r = rendered(&w, &ns, &yaml);
+    let want = r
+        .node("det")
+        .and_then(|n| n.scaled_object.as_ref())
+        .unwrap_or_else(|| panic!("det renders a ScaledObject"));
+    let want = serde_json::to_value(want).unwrap_or_default();
+    let so_name = want["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let api = dynamic_api(c, "keda.sh/v1alpha1", "ScaledObject", Some(&ns))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stored = poll(&format!("ScaledObject {ns}/{so_name}"), || async {
+        api.get_opt(&so_name).await.ok().flatten()
+    })
+    .await;
+    let stored = serde_json::to_value(stored).unwrap_or_default();
+    assert_eq!(
+        stored["spec"], want["spec"],
+        "the API server stored the rendered spec unchanged (a field the CRD does not know \
+         would have been pruned)"
+    );
+    let flow = wait_flow(c, &ns, &name, "Ready=True", |f| {
+        has_condition(f, "Ready", "True")
+    })
+    .await;
+    let det = flow["status"]["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["name"] == "det"))
+        .unwrap_or_else(|| panic!("status.nodes[det]: {}", flow["status"]));
+    assert_eq!(det["scaler"]["rendered"], true, "{det}");
+    // And the schema is enforced, not merely present: a ScaledObject without triggers (KEDA
+    // requires them) is refused.
+    let mut bad = want.clone();
+    bad["metadata"] = json!({"name": "no-triggers", "namespace": ns});
+    bad["spec"]
+        .as_object_mut()
+        .map(|s| s.remove("triggers"))
+        .unwrap_or_else(|| panic!("a spec"));
+    let refused = api
+        .patch(
+            "no-triggers",
+            &PatchParams::apply("videoflow-e2e"),
+            &Patch::Apply(&bad),
+        )
+        .await;
+    assert!(
+        refused.is_err(),
+        "a ScaledObject without triggers was accepted"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// RBAC (issue #11).
+
+/// Verbs the chart grants that no request of the scenarios shows, each with why.
+const NOT_A_REQUEST: &[(&str, &str, &str, &str)] = &[
+    (
+        "videoflow.io",
+        "flows/finalizers",
+        "update",
+        "checked by the OwnerReferencesPermissionEnforcement admission plugin (on in \
+         scripts/testenv) on every child with blockOwnerDeletion, never requested",
+    ),
+    (
+        "events.k8s.io",
+        "events",
+        "patch",
+        "used when an Event repeats into a series; the scenarios may not repeat one",
+    ),
+];
+
+/// From the API server's audit log: every request of the operator's ServiceAccount was
+/// authorized, used only granted verbs, and (when every scenario ran) every granted verb was
+/// used, except the documented [`NOT_A_REQUEST`] ones.
+fn rbac_audit(w: &World, complete: bool) -> Result<(), String> {
+    let path = w
+        .plane()
+        .audit_log()
+        .ok_or("no audit log: this control plane was not started by scripts/testenv")?;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let user = format!("system:serviceaccount:{OPERATOR_NS}:{SERVICE_ACCOUNT}");
+    let mut used = BTreeSet::new();
+    let mut forbidden = Vec::new();
+    for line in text.lines() {
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if event["user"]["username"] != user.as_str() {
+            continue;
+        }
+        let o = &event["objectRef"];
+        let group = o["apiGroup"].as_str().unwrap_or_default().to_owned();
+        let mut resource = o["resource"].as_str().unwrap_or_default().to_owned();
+        if let Some(sub) = o["subresource"].as_str() {
+            resource = format!("{resource}/{sub}");
+        }
+        let verb = event["verb"].as_str().unwrap_or_default().to_owned();
+        let code = event["responseStatus"]["code"].as_i64().unwrap_or_default();
+        if code == 403 {
+            forbidden.push(format!(
+                "{verb} {group}/{resource}: {}",
+                event["requestURI"]
+            ));
+        }
+        // A server-side apply that creates is authorized as `create` too.
+        if verb == "patch" && code == 201 {
+            used.insert((group.clone(), resource.clone(), "create".to_owned()));
+        }
+        used.insert((group, resource, verb));
+    }
+    if used.is_empty() {
+        return Err(format!("no request of {user} in {}", path.display()));
+    }
+    let granted: BTreeSet<(String, String, String)> = REQUIRED_PERMISSIONS
+        .iter()
+        .flat_map(|p| {
+            p.verbs
+                .iter()
+                .map(|v| (p.group.to_owned(), p.resource.to_owned(), (*v).to_owned()))
+        })
+        .collect();
+    let mut problems = Vec::new();
+    if !forbidden.is_empty() {
+        problems.push(format!("forbidden requests: {forbidden:#?}"));
+    }
+    let ungranted: Vec<_> = used.difference(&granted).collect();
+    if !ungranted.is_empty() {
+        problems.push(format!("used but not granted: {ungranted:?}"));
+    }
+    if complete {
+        let unused: Vec<_> = granted
+            .difference(&used)
+            .filter(|(g, r, v)| {
+                !NOT_A_REQUEST
+                    .iter()
+                    .any(|(eg, er, ev, _)| eg == g && er == r && ev == v)
+            })
+            .collect();
+        if !unused.is_empty() {
+            problems.push(format!(
+                "granted but never used by any scenario (remove the grant, or add a scenario \
+                 that needs it): {unused:?}"
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}

@@ -1,0 +1,547 @@
+//! The e2e world: a real control plane (or `VF_E2E_KUBECONFIG`'s cluster), a real
+//! nats-server, the chart's CRD and RBAC applied with `helm template`, the pinned KEDA
+//! ScaledObject CRD, and `videoflow-operator run` as a process under the chart's
+//! ServiceAccount (a TokenRequest token in a kubeconfig of its own).
+//!
+//! Helpers poll with generous deadlines; a timeout panics with what was last seen and the
+//! operator's log tail, never a fixed sleep standing in for an assertion.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::{Scope, pinned_kind};
+use kube::{Client, Config};
+use serde_json::{Value, json};
+use videoflow_testkit::{ControlPlane, NatsServer};
+
+/// Where the chart installs the operator (its ServiceAccount lives here).
+pub const OPERATOR_NS: &str = "videoflow-system";
+/// The Helm release name; the chart names its objects `<release>-videoflow-operator`.
+pub const RELEASE: &str = "videoflow";
+/// The chart's ServiceAccount for that release.
+pub const SERVICE_ACCOUNT: &str = "videoflow-videoflow-operator";
+/// The field manager of what the tests themselves apply.
+const TEST_MANAGER: &str = "videoflow-e2e";
+/// How long any wait may take: generous, since two busy cores run the API server, the
+/// controllers, kwok, the operator and the other tests at once.
+pub const DEADLINE: Duration = Duration::from_secs(120);
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Everything the scenarios share.
+pub struct World {
+    /// The async runtime every scenario blocks on.
+    pub rt: tokio::runtime::Runtime,
+    /// A `system:masters` client (the tests' own view; never the operator's).
+    pub client: Client,
+    /// The broker the operator renders into pods and reads demand from.
+    pub nats: NatsServer,
+    operator: std::sync::Mutex<Child>,
+    operator_log: PathBuf,
+    dir: PathBuf,
+    // Dropped last: everything above talks to it.
+    plane: ControlPlane,
+}
+
+impl World {
+    /// Starts (or connects to) everything; an error says which step failed and its remedy.
+    pub fn start() -> Result<World, String> {
+        let started = Instant::now();
+        let plane = ControlPlane::start_or_existing().map_err(|e| e.to_string())?;
+        eprintln!(
+            "e2e: control plane ready in {:.1} s ({})",
+            started.elapsed().as_secs_f64(),
+            plane.kubeconfig().display()
+        );
+        let nats = NatsServer::start().map_err(|e| e.to_string())?;
+        let dir = std::env::temp_dir().join(format!("vf-e2e-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("tokio runtime: {e}"))?;
+        let admin = Kubeconfig::read_from(plane.kubeconfig())
+            .map_err(|e| format!("reading {}: {e}", plane.kubeconfig().display()))?;
+        let client = rt.block_on(async {
+            let config =
+                Config::from_custom_kubeconfig(admin.clone(), &KubeConfigOptions::default())
+                    .await
+                    .map_err(|e| format!("kubeconfig: {e}"))?;
+            Client::try_from(config).map_err(|e| format!("client: {e}"))
+        })?;
+        let sa_kubeconfig = dir.join("operator.kubeconfig");
+        rt.block_on(install(&client, &admin, &sa_kubeconfig))?;
+        let operator_log = dir.join("operator.log");
+        let operator = spawn_operator(&sa_kubeconfig, &nats.url(), &operator_log)?;
+        // Stopped with the control plane even if this process is killed before its drop.
+        plane.adopt(operator.id()).map_err(|e| e.to_string())?;
+        eprintln!(
+            "e2e: chart RBAC and CRDs applied, operator started in {:.1} s (log: {})",
+            started.elapsed().as_secs_f64(),
+            operator_log.display()
+        );
+        Ok(World {
+            rt,
+            client,
+            nats,
+            operator: std::sync::Mutex::new(operator),
+            operator_log,
+            dir,
+            plane,
+        })
+    }
+
+    /// The control plane (for its audit log and component logs).
+    pub fn plane(&self) -> &ControlPlane {
+        &self.plane
+    }
+
+    /// The last `n` lines of the operator's log.
+    pub fn operator_tail(&self, n: usize) -> String {
+        tail(&self.operator_log, n)
+    }
+
+    /// "running", or how the operator process exited (a scenario's failure names it).
+    pub fn operator_state(&self) -> String {
+        match self.operator.lock().map(|mut c| c.try_wait()) {
+            Ok(Ok(None)) => "running".to_owned(),
+            Ok(Ok(Some(status))) => format!("exited ({status})"),
+            Ok(Err(e)) => format!("unknown ({e})"),
+            Err(_) => "unknown (lock poisoned)".to_owned(),
+        }
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let operator = match self.operator.get_mut() {
+            Ok(child) => child,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        // SIGTERM first: the operator drains in-flight reconciles.
+        let _ = Command::new("kill")
+            .args(["-TERM", &operator.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = operator.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = operator.kill();
+        let _ = operator.wait();
+        if std::env::var_os("VF_TESTENV_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            eprintln!("e2e: kept the operator's log in {}", self.dir.display());
+        }
+    }
+}
+
+/// The chart's CRD and RBAC, the KEDA CRD, the operator's namespace and its token kubeconfig.
+async fn install(client: &Client, admin: &Kubeconfig, sa_kubeconfig: &Path) -> Result<(), String> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NS}});
+    namespaces
+        .patch(
+            OPERATOR_NS,
+            &PatchParams::apply(TEST_MANAGER).force(),
+            &Patch::Apply(&ns),
+        )
+        .await
+        .map_err(|e| format!("creating namespace {OPERATOR_NS}: {e}"))?;
+
+    // The chart as a platform engineer installs it, minus the operator's own Deployment and
+    // metrics Service: the operator runs here as a process, under the same ServiceAccount.
+    let chart = helm_template()?;
+    for doc in &chart {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        if matches!(kind, "Deployment" | "Service") {
+            continue;
+        }
+        apply_value(client, doc).await?;
+    }
+    let keda = std::fs::read_to_string(repo_root().join("config/keda/scaledobjects.keda.sh.yaml"))
+        .map_err(|e| format!("reading config/keda/scaledobjects.keda.sh.yaml: {e}"))?;
+    let keda: Value = serde_yaml::from_str(&keda).map_err(|e| format!("KEDA CRD: {e}"))?;
+    apply_value(client, &keda).await?;
+    for crd in ["flows.videoflow.io", "scaledobjects.keda.sh"] {
+        wait_crd_established(client, crd).await?;
+    }
+
+    // A token of the chart's ServiceAccount, as the kubelet would mount into its pod.
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), OPERATOR_NS);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(6 * 3600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    let token = sas
+        .create_token_request(SERVICE_ACCOUNT, &PostParams::default(), &request)
+        .await
+        .map_err(|e| format!("TokenRequest for {OPERATOR_NS}/{SERVICE_ACCOUNT}: {e}"))?
+        .status
+        .map(|s| s.token)
+        .ok_or("TokenRequest returned no token")?;
+    let cluster = current_cluster(admin)?;
+    let kubeconfig = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "e2e", "cluster": cluster}],
+        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": SERVICE_ACCOUNT}}],
+        "current-context": "e2e",
+    });
+    std::fs::write(sa_kubeconfig, kubeconfig.to_string())
+        .map_err(|e| format!("writing {}: {e}", sa_kubeconfig.display()))
+}
+
+/// The admin kubeconfig's current cluster entry (server and CA), as JSON.
+fn current_cluster(admin: &Kubeconfig) -> Result<Value, String> {
+    let context = admin
+        .current_context
+        .as_deref()
+        .and_then(|name| admin.contexts.iter().find(|c| c.name == name))
+        .and_then(|c| c.context.as_ref())
+        .ok_or("the kubeconfig has no current context")?;
+    let cluster = admin
+        .clusters
+        .iter()
+        .find(|c| c.name == context.cluster)
+        .and_then(|c| c.cluster.as_ref())
+        .ok_or("the kubeconfig's current cluster is missing")?;
+    serde_json::to_value(cluster).map_err(|e| e.to_string())
+}
+
+/// `helm template` of the chart (the pinned helm), every document parsed.
+fn helm_template() -> Result<Vec<Value>, String> {
+    let helm = std::env::var_os("VF_HELM").map_or_else(
+        || {
+            let cache = std::env::var_os("VF_CACHE").map_or_else(
+                || {
+                    PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                        .join(".cache/videoflow")
+                },
+                PathBuf::from,
+            );
+            cache.join("tools/bin/helm")
+        },
+        PathBuf::from,
+    );
+    let out = Command::new(&helm)
+        .args([
+            "template",
+            RELEASE,
+            "charts/videoflow-operator",
+            "--namespace",
+            OPERATOR_NS,
+        ])
+        .current_dir(repo_root())
+        .output()
+        .map_err(|e| {
+            format!(
+                "running {}: {e}; run scripts/install-deps (it installs the pinned helm)",
+                helm.display()
+            )
+        })?;
+    if !out.status.success() {
+        return Err(format!(
+            "helm template failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut docs = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let value: Value =
+            serde::Deserialize::deserialize(doc).map_err(|e| format!("chart YAML: {e}"))?;
+        if value.is_object() {
+            docs.push(value);
+        }
+    }
+    Ok(docs)
+}
+
+/// The dynamic API of a kind, resolved by discovery.
+pub async fn dynamic_api(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+) -> Result<Api<DynamicObject>, String> {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let (resource, caps) = pinned_kind(client, &gvk)
+        .await
+        .map_err(|e| format!("discovering {api_version} {kind}: {e}"))?;
+    Ok(match (caps.scope, namespace) {
+        (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &resource),
+        (Scope::Namespaced, None) => Api::all_with(client.clone(), &resource),
+        (Scope::Cluster, _) => Api::all_with(client.clone(), &resource),
+    })
+}
+
+/// Server-side applies one object (its namespace from its metadata).
+pub async fn apply_value(client: &Client, doc: &Value) -> Result<DynamicObject, String> {
+    let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+    let kind = doc["kind"].as_str().unwrap_or_default();
+    let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+    let api = dynamic_api(
+        client,
+        api_version,
+        kind,
+        doc["metadata"]["namespace"].as_str(),
+    )
+    .await?;
+    api.patch(
+        name,
+        &PatchParams::apply(TEST_MANAGER).force(),
+        &Patch::Apply(doc),
+    )
+    .await
+    .map_err(|e| format!("applying {kind}/{name}: {e}"))
+}
+
+async fn wait_crd_established(client: &Client, name: &str) -> Result<(), String> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let established = crds.get_opt(name).await.ok().flatten().is_some_and(|crd| {
+            crd.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        });
+        if established {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("CRD {name} not Established within {DEADLINE:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn spawn_operator(kubeconfig: &Path, nats_url: &str, log: &Path) -> Result<Child, String> {
+    let out = File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_videoflow-operator"));
+    cmd.args([
+        "run",
+        "--nats-url",
+        nats_url,
+        "--metrics-addr",
+        "127.0.0.1:0",
+        // Demand reads every few seconds, so a scenario sees the observer's writes too.
+        "--demand-interval-seconds",
+        "5",
+        // An unschedulable pod stalls its Flow after 5 s, so the Stalled scenario is quick.
+        "--unschedulable-grace-seconds",
+        "5",
+    ])
+    .env("KUBECONFIG", kubeconfig)
+    .env(
+        "RUST_LOG",
+        std::env::var("VF_E2E_OPERATOR_LOG").unwrap_or_else(|_| "info".to_owned()),
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::from(out))
+    .stderr(Stdio::from(err));
+    // Whatever the developer's shell exports must not reconfigure the operator under test.
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("VF_OPERATOR_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.spawn()
+        .map_err(|e| format!("spawning videoflow-operator: {e}"))
+}
+
+fn tail(path: &Path, n: usize) -> String {
+    let Ok(f) = File::open(path) else {
+        return String::new();
+    };
+    let lines: Vec<String> = BufReader::new(f).lines().map_while(Result::ok).collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenario helpers.
+
+/// A fresh namespace for one scenario (scenarios run in parallel and never share one),
+/// suffixed with this process id so runs against an existing cluster never meet a previous
+/// run's leftovers.
+pub async fn namespace(client: &Client, base: &str) -> String {
+    let name = format!("{base}-{}", std::process::id());
+    let name = name.as_str();
+    let doc = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    apply_value(client, &doc)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The service-account admission plugin refuses pods until `default` exists.
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
+    poll(&format!("ServiceAccount {name}/default"), || async {
+        sas.get_opt("default").await.ok().flatten()
+    })
+    .await;
+    name.to_owned()
+}
+
+/// The Flow API as dynamic objects (status read as JSON).
+pub fn flows(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::erase::<videoflow_operator::Flow>(&());
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// Applies a Flow manifest (YAML text) into `ns`; returns its name.
+pub async fn apply_flow(client: &Client, ns: &str, yaml: &str) -> String {
+    let mut doc: Value = serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("Flow YAML: {e}"));
+    doc["metadata"]["namespace"] = json!(ns);
+    let name = doc["metadata"]["name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the Flow has no name"))
+        .to_owned();
+    flows(client, ns)
+        .patch(
+            &name,
+            &PatchParams::apply(TEST_MANAGER).force(),
+            &Patch::Apply(&doc),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying Flow {ns}/{name}: {e}"));
+    name
+}
+
+/// Deletes a Flow (background propagation, as kubectl does).
+pub async fn delete_flow(client: &Client, ns: &str, name: &str) {
+    flows(client, ns)
+        .delete(name, &DeleteParams::background())
+        .await
+        .unwrap_or_else(|e| panic!("deleting Flow {ns}/{name}: {e}"));
+}
+
+/// The Flow as JSON, or `None` once it is gone.
+pub async fn get_flow(client: &Client, ns: &str, name: &str) -> Option<Value> {
+    flows(client, ns)
+        .get_opt(name)
+        .await
+        .unwrap_or_else(|e| panic!("reading Flow {ns}/{name}: {e}"))
+        .map(|f| serde_json::to_value(f).unwrap_or(Value::Null))
+}
+
+/// A condition of a Flow's status: `(status, reason, message)`.
+pub fn condition(flow: &Value, type_: &str) -> Option<(String, String, String)> {
+    flow["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+            (s("status"), s("reason"), s("message"))
+        })
+}
+
+/// Whether the Flow's condition `type_` has status `want`.
+pub fn has_condition(flow: &Value, type_: &str, want: &str) -> bool {
+    condition(flow, type_).is_some_and(|(s, _, _)| s == want)
+}
+
+/// Polls `probe` until it yields `Some`, at most [`DEADLINE`]; panics naming `what`.
+pub async fn poll<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {DEADLINE:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Waits until the Flow satisfies `pred`; on timeout panics with its last status.
+pub async fn wait_flow(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let flow = get_flow(client, ns, name).await;
+        if let Some(f) = &flow
+            && pred(f)
+        {
+            return f.clone();
+        }
+        if Instant::now() >= deadline {
+            let status = flow.map(|f| f["status"].clone()).unwrap_or(Value::Null);
+            panic!(
+                "Flow {ns}/{name}: timed out after {DEADLINE:?} waiting for {what}; last status:\n{}",
+                serde_json::to_string_pretty(&status).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The kinds the operator creates, as (apiVersion, kind).
+pub const CHILD_KINDS: &[(&str, &str)] = &[
+    ("v1", "ConfigMap"),
+    ("batch/v1", "Job"),
+    ("apps/v1", "Deployment"),
+    ("apps/v1", "StatefulSet"),
+    ("v1", "Service"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("keda.sh/v1alpha1", "ScaledObject"),
+];
+
+/// Every object of `kinds` in `ns` whose labels match `selector`, as `Kind/name`.
+pub async fn labelled(client: &Client, ns: &str, selector: &str, pods: bool) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut kinds: Vec<(&str, &str)> = CHILD_KINDS.to_vec();
+    if pods {
+        kinds.push(("v1", "Pod"));
+    }
+    for (api_version, kind) in kinds {
+        let api = dynamic_api(client, api_version, kind, Some(ns))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let list = api
+            .list(&ListParams::default().labels(selector))
+            .await
+            .unwrap_or_else(|e| panic!("listing {kind} in {ns}: {e}"));
+        for o in list {
+            out.insert(format!("{kind}/{}", o.metadata.name.unwrap_or_default()));
+        }
+    }
+    out
+}
