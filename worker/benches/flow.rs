@@ -256,6 +256,8 @@ impl Bench {
                 )
                 .env("NO_COLOR", "1")
                 .env("VF_LOG", "info")
+                // An exec component's program (python3 with the SDK) is found on PATH.
+                .env("PATH", std::env::var("PATH").unwrap_or_default())
                 .envs(extra.iter().copied())
                 .stdin(Stdio::null())
                 .stdout(Stdio::from(log))
@@ -648,10 +650,57 @@ async fn ceiling_once(url: &str, n: usize) -> R<Json> {
         m.double_ack().await.map_err(|e| e.to_string())?;
     }
     let serial_hop = serial_n as f64 / t.elapsed().as_secs_f64();
+    // (e) the ideal hop under the protocol's credit: a data durable of a one-replica,
+    // one-parent node admits 5 un-acked deliveries (STREAM-15: item_credit 1 + prefetch 4), so
+    // no implementation can exceed this. Pull requests of up to 4 (the queue depth), each
+    // message published at once and acked after its pub-ack on its own task.
+    let c = s_in
+        .create_consumer(consumer::pull::Config {
+            max_ack_pending: 5,
+            ..consumer_cfg("credit")
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let mut got = 0;
+    let mut tasks = std::collections::VecDeque::new();
+    while got < n {
+        let mut batch = c
+            .batch()
+            .max_messages(4)
+            .expires(Duration::from_secs(1))
+            .messages()
+            .await
+            .map_err(|e| e.to_string())?;
+        while let Some(m) = batch.next().await {
+            let m = m.map_err(|e| e.to_string())?;
+            let mut h = async_nats::HeaderMap::new();
+            h.insert("Nats-Msg-Id", format!("credit-{got}").as_str());
+            let f = js
+                .publish_with_headers("ceil.out", h, m.payload.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            tasks.push_back(tokio::spawn(async move {
+                f.await.map_err(|e| e.to_string())?;
+                m.double_ack().await.map_err(|e| e.to_string())
+            }));
+            got += 1;
+            while tasks.front().is_some_and(|t| t.is_finished()) {
+                if let Some(t) = tasks.pop_front() {
+                    t.await.map_err(|e| e.to_string())??;
+                }
+            }
+        }
+    }
+    for t in tasks.drain(..) {
+        t.await.map_err(|e| e.to_string())??;
+    }
+    let credit_hop = n as f64 / t.elapsed().as_secs_f64();
     Ok(json!({
         "publish_msgs_s": publish,
         "fetch_ack_msgs_s": fetch_ack,
         "ideal_hop_msgs_s": ideal_hop,
+        "credit_hop_msgs_s": credit_hop,
         "serial_hop_msgs_s": serial_hop,
     }))
 }
@@ -671,6 +720,8 @@ fn ceiling(rt: &tokio::runtime::Runtime, o: &Opts) -> R<Json> {
         "publish_msgs_s": spread(&col("publish_msgs_s")),
         "fetch_ack_msgs_s": spread(&col("fetch_ack_msgs_s")),
         "ideal_hop_msgs_s": spread(&col("ideal_hop_msgs_s")),
+        "credit_hop_msgs_s": spread(&col("credit_hop_msgs_s")),
+        "credit_hop_max_ack_pending": 5,
         "serial_hop_msgs_s": spread(&col("serial_hop_msgs_s")),
         "serial_hop_n": n.min(5000),
     }))
