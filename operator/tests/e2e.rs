@@ -12,6 +12,8 @@
 //! Missing control-plane binaries fail every scenario with the remedy
 //! (`scripts/testenv build`, or `scripts/install-deps`).
 
+#[path = "e2e/readme.rs"]
+mod readme;
 #[path = "e2e/world.rs"]
 mod world;
 
@@ -126,6 +128,11 @@ fn main() -> std::process::ExitCode {
             &shared,
             "scale_6_rendered_scaled_objects_are_accepted_by_the_api_server_with_the_keda_crd",
             scaled_objects,
+        ),
+        trial(
+            &shared,
+            "the_readme_kubernetes_section_works_as_written",
+            readme_kubernetes,
         ),
     ];
     let first = libtest_mimic::run(&args, scenarios);
@@ -728,6 +735,175 @@ async fn scaled_objects(w: Arc<World>) {
         refused.is_err(),
         "a ScaledObject without triggers was accepted"
     );
+}
+
+/// How long `kubectl get flows -w` (interactive: "Ctrl-C to stop watching") watches.
+const WATCH_SECS: u64 = 20;
+
+/// Issue #11: "the README's Kubernetes section works as written against the test control
+/// plane". Every command of the ```sh blocks under "## Kubernetes" in README.md (read now, so
+/// this follows the README) runs with bash, in order, against the test control plane: the
+/// admin kubeconfig with its context's namespace set to this scenario's, `kubectl` from
+/// `scripts/testenv build`, the pinned helm. Differences from a real cluster, each deliberate:
+///
+/// - `docker build` is skipped: there is no container runtime (and no daemon) here; kwok
+///   "runs" pods without images.
+/// - `--set natsUrl=nats://nats.nats:4222` (the README's example broker) becomes the test's
+///   nats-server URL.
+/// - The chart's operator Deployment is installed and rolled out, but its pod is simulated by
+///   kwok and runs nothing: the world's `videoflow-operator run` process, under the same
+///   ServiceAccount, stands in for it. The set-up applied the chart's RBAC and CRD with Helm's
+///   ownership metadata, so `helm install` adopts them (same release, same namespace, as
+///   written).
+/// - `kubectl get flows -w` watches for [`WATCH_SECS`] (`timeout`, exit 124) and must have
+///   printed the Flow's row.
+///
+/// Before `kubectl delete flow` the Flow must have reached its end (batch: Complete, realtime:
+/// Ready); after it, the Flow is gone (kubectl waits for the finalizer), the teardown Job ran
+/// (`TornDown`) and everything it owned was garbage-collected.
+async fn readme_kubernetes(w: Arc<World>) {
+    let c = &w.client;
+    let ns = namespace(c, "e2e-readme").await;
+    let path = repo_root().join("README.md");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("README.md: {e}"));
+    let commands = readme::kubernetes_commands(&text);
+    let shell = readme::Shell::new(&w, &ns)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let sample = commands
+        .iter()
+        .find_map(|c| readme::applied_file(c))
+        .unwrap_or_else(|| panic!("no `kubectl apply -f` in README.md's Kubernetes section"));
+    let (flow, flow_type) = readme::flow_name_and_type(&sample);
+    let (what, done) = if flow_type == "batch" {
+        ("Complete=True", "Complete")
+    } else {
+        ("Ready=True", "Ready")
+    };
+    let (mut ran, mut images) = (Vec::new(), Vec::new());
+    for command in &commands {
+        if let Some(image) = readme::built_image(command) {
+            eprintln!("readme: skipped (no container runtime): {command}");
+            images.push(image);
+            continue;
+        }
+        let command = readme::with_broker(command, &w.nats.url());
+        let words = readme::words(&command);
+        let deletes_flow = words.starts_with(&["kubectl", "delete", "flow"]);
+        let selector = format!("videoflow.io/flow={flow}");
+        if deletes_flow {
+            // The README watched the Flow to its end before deleting it.
+            wait_flow(c, &ns, &flow, what, |f| has_condition(f, done, "True")).await;
+            assert!(
+                !labelled(c, &ns, &selector, false).await.is_empty(),
+                "the Flow's objects before the delete"
+            );
+        }
+        let watch = readme::is_watch(&command);
+        let secs = if watch {
+            WATCH_SECS
+        } else {
+            world::DEADLINE.as_secs()
+        };
+        let out = shell.run(&command, secs).await;
+        eprintln!(
+            "readme: $ {command}
+{out}"
+        );
+        if watch {
+            assert!(
+                matches!(out.code, Some(0 | 124)),
+                "`{command}` failed:
+{out}"
+            );
+            assert!(
+                out.stdout
+                    .lines()
+                    .any(|l| l.split_whitespace().next() == Some(flow.as_str())),
+                "`{command}` printed no row of Flow {flow}:
+{out}"
+            );
+        } else {
+            assert_eq!(
+                out.code,
+                Some(0),
+                "`{command}` failed:
+{out}"
+            );
+        }
+        if let Some(deployment) = words.iter().find_map(|w| w.strip_prefix("deploy/")) {
+            // The images the README builds are the ones the chart deploys: the operator's,
+            // and the workers' default (VF_OPERATOR_WORKER_IMAGE).
+            let deployments = dynamic_api(c, "apps/v1", "Deployment", Some(OPERATOR_NS))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            let d = deployments
+                .get(deployment)
+                .await
+                .unwrap_or_else(|e| panic!("the chart's Deployment {deployment}: {e}"));
+            let pod = serde_json::to_string(&d.data["spec"]["template"]).unwrap_or_default();
+            for image in &images {
+                assert!(
+                    pod.contains(&format!("\"{image}\"")),
+                    "the chart deploys {image}, which the README builds: {pod}"
+                );
+            }
+        }
+        if words.starts_with(&["kubectl", "describe", "flow"]) {
+            assert!(
+                out.stdout.contains("Admitted"),
+                "`{command}` shows the conditions:
+{out}"
+            );
+        }
+        if deletes_flow {
+            // kubectl waited for the Flow to go, so the finalizer was released, which the
+            // operator does only once the teardown Job completed.
+            assert!(
+                get_flow(c, &ns, &flow).await.is_none(),
+                "Flow {flow} is gone"
+            );
+            let events = dynamic_api(c, "events.k8s.io/v1", "Event", Some(&ns))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            poll("the TornDown event", || async {
+                events
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?
+                    .items
+                    .into_iter()
+                    .map(|e| serde_json::to_value(e).unwrap_or_default())
+                    .find(|e| e["reason"] == "TornDown" && e["regarding"]["name"] == flow.as_str())
+            })
+            .await;
+            poll(
+                "every object of the Flow (and its pods) to be collected",
+                || async {
+                    labelled(c, &ns, &selector, true)
+                        .await
+                        .is_empty()
+                        .then_some(())
+                },
+            )
+            .await;
+        }
+        ran.push(words.join(" "));
+    }
+    // What this scenario exists to prove must still be in the README.
+    for step in [
+        "helm install",
+        "rollout status",
+        "kubectl apply -f",
+        "kubectl get flows -w",
+        "kubectl describe flow",
+        "kubectl delete flow",
+    ] {
+        assert!(
+            ran.iter().any(|r| r.contains(step)),
+            "README.md's Kubernetes section no longer runs `{step} ...`: {ran:?}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

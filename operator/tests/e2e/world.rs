@@ -85,6 +85,9 @@ impl World {
                     .map_err(|e| format!("kubeconfig: {e}"))?;
             Client::try_from(config).map_err(|e| format!("client: {e}"))
         })?;
+        if plane.is_existing() {
+            uninstall_leftover_release(plane.kubeconfig())?;
+        }
         let sa_kubeconfig = dir.join("operator.kubeconfig");
         rt.block_on(install(&client, &admin, &sa_kubeconfig))?;
         let operator_log = dir.join("operator.log");
@@ -110,6 +113,11 @@ impl World {
     /// The control plane (for its audit log and component logs).
     pub fn plane(&self) -> &ControlPlane {
         &self.plane
+    }
+
+    /// This run's scratch directory (removed on drop unless `VF_TESTENV_KEEP` is set).
+    pub fn scratch_dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The last `n` lines of the operator's log.
@@ -170,13 +178,22 @@ async fn install(client: &Client, admin: &Kubeconfig, sa_kubeconfig: &Path) -> R
 
     // The chart as a platform engineer installs it, minus the operator's own Deployment and
     // metrics Service: the operator runs here as a process, under the same ServiceAccount.
+    // With the ownership metadata `helm install` writes, so that the README scenario's
+    // `helm install` (the README as written: same release, same namespace) adopts these
+    // objects instead of refusing them as "exists and cannot be imported into the current
+    // release"; its adoption patch is empty, since these are the same rendered objects.
     let chart = helm_template()?;
     for doc in &chart {
         let kind = doc["kind"].as_str().unwrap_or_default();
         if matches!(kind, "Deployment" | "Service") {
             continue;
         }
-        apply_value(client, doc).await?;
+        let mut doc = doc.clone();
+        let meta = &mut doc["metadata"];
+        meta["labels"]["app.kubernetes.io/managed-by"] = json!("Helm");
+        meta["annotations"]["meta.helm.sh/release-name"] = json!(RELEASE);
+        meta["annotations"]["meta.helm.sh/release-namespace"] = json!(OPERATOR_NS);
+        apply_value(client, &doc).await?;
     }
     let keda = std::fs::read_to_string(repo_root().join("config/keda/scaledobjects.keda.sh.yaml"))
         .map_err(|e| format!("reading config/keda/scaledobjects.keda.sh.yaml: {e}"))?;
@@ -233,9 +250,9 @@ fn current_cluster(admin: &Kubeconfig) -> Result<Value, String> {
     serde_json::to_value(cluster).map_err(|e| e.to_string())
 }
 
-/// `helm template` of the chart (the pinned helm), every document parsed.
-fn helm_template() -> Result<Vec<Value>, String> {
-    let helm = std::env::var_os("VF_HELM").map_or_else(
+/// The pinned helm (`$VF_HELM`, else where scripts/install-deps puts it).
+pub fn helm_path() -> PathBuf {
+    std::env::var_os("VF_HELM").map_or_else(
         || {
             let cache = std::env::var_os("VF_CACHE").map_or_else(
                 || {
@@ -247,7 +264,45 @@ fn helm_template() -> Result<Vec<Value>, String> {
             cache.join("tools/bin/helm")
         },
         PathBuf::from,
-    );
+    )
+}
+
+/// An existing cluster may hold the release a previous run's README scenario installed: its
+/// `helm install` would then refuse the name. Uninstalled before the set-up re-applies the
+/// chart's RBAC (the chart keeps its CRD, and so every Flow, on uninstall).
+fn uninstall_leftover_release(kubeconfig: &Path) -> Result<(), String> {
+    let helm = helm_path();
+    let run = |args: &[&str]| {
+        Command::new(&helm)
+            .args(args)
+            .args(["--namespace", OPERATOR_NS])
+            .env("KUBECONFIG", kubeconfig)
+            .output()
+            .map_err(|e| {
+                format!(
+                    "running {}: {e}; run scripts/install-deps (it installs the pinned helm)",
+                    helm.display()
+                )
+            })
+    };
+    if !run(&["status", RELEASE])?.status.success() {
+        return Ok(());
+    }
+    let out = run(&["uninstall", RELEASE, "--wait", "--timeout", "2m"])?;
+    if out.status.success() {
+        eprintln!("e2e: uninstalled the release {OPERATOR_NS}/{RELEASE} of a previous run");
+        Ok(())
+    } else {
+        Err(format!(
+            "helm uninstall {RELEASE} (left by a previous run) failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// `helm template` of the chart (the pinned helm), every document parsed.
+fn helm_template() -> Result<Vec<Value>, String> {
+    let helm = helm_path();
     let out = Command::new(&helm)
         .args([
             "template",
