@@ -45,8 +45,11 @@ fn main() -> Result<(), Box<dyn Error>> {
         out.join("component_v1.binpb"),
         prost::Message::encode_to_vec(&set),
     )?;
+    // Tensor data as `bytes::Bytes`: a Frame / Detections / Tracks payload decoded from a
+    // `Bytes` buffer slices its pixels instead of copying them (issue #12).
     prost_build::Config::new()
         .btree_map(["."])
+        .bytes([".videoflow.v1.Tensor.data"])
         .compile_fds(fds)?;
     Ok(())
 }

@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
+
 /// A dense n-dimensional array as it travels on the wire (`videoflow.v1.Tensor`).
 ///
 /// The data stays raw bytes in the dtype's byte order (C order); nodes that need typed access
@@ -17,7 +19,26 @@ pub struct Tensor {
     /// numpy `str(dtype)`: `uint8`, `float32`, … (big-endian arrays carry a prefixed name).
     pub dtype: String,
     /// Raw C-order buffer, `product(shape) × itemsize` bytes.
-    pub data: Vec<u8>,
+    ///
+    /// Why [`Bytes`] rather than `Vec<u8>`: a frame is megabytes, and
+    /// [`envelope::decode_bytes`](crate::envelope::decode_bytes) hands out a slice of the
+    /// received message instead of a copy (a cheap, reference-counted view that keeps that
+    /// buffer alive); cloning a tensor is cheap too. Build one from a `Vec<u8>` with
+    /// `.into()`; to modify the data, copy it out (`to_vec()`) and put it back.
+    pub data: Bytes,
+}
+
+impl Tensor {
+    /// A tensor from its parts; `data` is anything that converts into [`Bytes`] (a
+    /// `Vec<u8>` moves without a copy). Unchecked: encoders and decoders run
+    /// [`Tensor::check`].
+    pub fn new(shape: Vec<i64>, dtype: impl Into<String>, data: impl Into<Bytes>) -> Self {
+        Tensor {
+            shape,
+            dtype: dtype.into(),
+            data: data.into(),
+        }
+    }
 }
 
 /// One native value: what a node hands the runtime and what metadata holds.

@@ -48,7 +48,7 @@ fn tensor() -> impl Strategy<Value = Tensor> {
         vec(any::<u8>(), elements * itemsize).prop_map(move |data| Tensor {
             shape: shape.clone(),
             dtype: dtype.to_owned(),
-            data,
+            data: data.into(),
         })
     });
     let opaque = (
@@ -59,7 +59,7 @@ fn tensor() -> impl Strategy<Value = Tensor> {
         .prop_map(|(dtype, shape, data)| Tensor {
             shape,
             dtype: dtype.to_owned(),
-            data,
+            data: data.into(),
         });
     prop_oneof![4 => native, 1 => opaque]
 }

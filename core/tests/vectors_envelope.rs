@@ -249,7 +249,7 @@ fn check_reject(entry: &Json) -> Check {
             peeked.payload_type.as_str(),
             want_type,
         )?;
-        return ensure_eq("republished payload", &peeked.payload, &want_data);
+        return ensure_eq("republished payload", &peeked.payload[..], &want_data[..]);
     }
     Err(format!("unknown expectation {expect}").into())
 }

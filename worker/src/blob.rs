@@ -27,7 +27,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
 use tokio::sync::Mutex;
 use videoflow_core::envelope::proto::BlobRef;
-use videoflow_core::envelope::{BLOBREF_TYPE, Payload, decode_payload, encode_payload};
+use videoflow_core::envelope::{BLOBREF_TYPE, Payload, decode_payload_bytes, encode_payload};
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::partition::py_repr_str;
 
@@ -614,9 +614,11 @@ pub async fn resolve(blob_ref: &BlobRef, store: Option<&BlobStore>) -> Result<Pa
             .get(reference)
             .await
             .map_err(|e| e.into_decode_error(reference))?;
-        let payload = decode_payload(&current.inner_payload_type, &bytes).map_err(|e| {
-            VfError::new(ErrorCode::PoisonDecode, e.to_string()).with_context("ref", reference)
-        })?;
+        // Zero-copy: tensor data slices the fetched bytes.
+        let payload =
+            decode_payload_bytes(&current.inner_payload_type, bytes.into()).map_err(|e| {
+                VfError::new(ErrorCode::PoisonDecode, e.to_string()).with_context("ref", reference)
+            })?;
         barrier(Barrier::PayloadReadAfter, || reference.to_owned()).await?;
         match payload {
             Payload::BlobRef(inner) => current = inner,

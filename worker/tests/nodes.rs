@@ -158,7 +158,7 @@ fn identity_with_python_get_params_passes_everything_through() {
         Payload::Tensor(Tensor {
             shape: vec![2],
             dtype: "float32".into(),
-            data: vec![0; 8],
+            data: vec![0; 8].into(),
         }),
         frame,
     ] {
@@ -192,7 +192,7 @@ fn joiner_makes_a_list_in_parent_order() {
     let t = Tensor {
         shape: vec![1, 1, 3],
         dtype: "uint8".into(),
-        data: vec![1, 2, 3],
+        data: vec![1, 2, 3].into(),
     };
     let out = node.process(
         &mut NodeContext::default(),

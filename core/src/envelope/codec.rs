@@ -1,14 +1,14 @@
 //! `encode` / `decode` of the whole envelope (WIRE-1, WIRE-3).
 
-use std::collections::BTreeMap;
-
+use bytes::Bytes;
 use prost::Message as _;
 
 use super::error::EnvelopeError;
-use super::payload::{BLOBREF_TYPE, Payload, decode_payload, encode_payload};
+use super::fast;
+use super::payload::{BLOBREF_TYPE, Payload, decode_payload_bytes};
 use super::proto;
 use super::record::{Envelope, MsgType};
-use super::value_codec::{value_from_proto, value_to_proto};
+use super::wire;
 use super::wire_error::WireError;
 
 /// The only envelope version this build encodes or decodes (WIRE-1).
@@ -26,63 +26,32 @@ pub fn is_legacy_msgpack(first_byte: u8) -> bool {
 /// terminator carries no payload; an ABORT always carries an error record — `None` degrades
 /// to code `VF_UNKNOWN` with an empty message, and [`WireError::to_proto`] applies the
 /// ABORT-1 truncation. Metadata values must not contain tensors (WIRE-15).
+///
+/// Cost: one allocation of exactly the encoded length, every byte written once (tensor data
+/// is a single copy; `envelope/wire.rs`).
 pub fn encode(env: &Envelope) -> Result<Vec<u8>, EnvelopeError> {
-    let (payload_type, payload) = match env.msg_type {
-        MsgType::Data => encode_payload(&env.payload)?,
-        MsgType::Eos | MsgType::Abort => {
-            if env.payload != Payload::None {
-                return Err(EnvelopeError::Inconsistent(
-                    "a terminator (EOS/ABORT) carries no payload",
-                ));
-            }
-            (String::new(), Vec::new())
-        }
-    };
-    let error = match env.msg_type {
-        MsgType::Abort => Some(env.error.clone().unwrap_or_default().to_proto()),
-        MsgType::Data | MsgType::Eos => {
-            if env.error.is_some() {
-                return Err(EnvelopeError::Inconsistent(
-                    "only an ABORT carries an error record",
-                ));
-            }
-            None
-        }
-    };
-    let metadata = env
-        .metadata
-        .iter()
-        .map(|(k, v)| {
-            let v = value_to_proto(v, false).map_err(|e| e.in_metadata(k))?;
-            Ok((k.clone(), v))
-        })
-        .collect::<Result<BTreeMap<_, _>, EnvelopeError>>()?;
-    let wire = proto::Envelope {
-        v: ENVELOPE_VERSION,
-        r#type: wire_msg_type(env.msg_type) as i32,
-        producer_name: env.producer_name.clone(),
-        flow_id: env.flow_id.clone(),
-        run_id: env.run_id.clone(),
-        trace_id: env.trace_id.clone(),
-        seq: env.seq,
-        event_ts: env.event_ts,
-        span_id: env.span_id.clone(),
-        parent_span_id: env.parent_span_id.clone(),
-        replica_id: env.replica_id,
-        metadata,
-        payload_type,
-        payload,
-        error,
-    };
-    Ok(wire.encode_to_vec())
+    wire::encode_envelope(env)
 }
 
 /// Decodes v4 wire bytes, following WIRE-3 in order: empty buffer, legacy msgpack (refused
 /// from the first byte), protobuf parse, version, message type, then metadata and payload.
 ///
-/// Never panics, whatever the bytes; every failure is poison (`VF_POISON_DECODE`).
+/// Never panics, whatever the bytes; every failure is poison (`VF_POISON_DECODE`). The
+/// payload is copied once out of `buf`; when the bytes are already a [`Bytes`] (a NATS
+/// message payload), [`decode_bytes`] avoids even that copy.
 pub fn decode(buf: &[u8]) -> Result<Envelope, EnvelopeError> {
     peek(buf)?.hydrate()
+}
+
+/// [`decode`] from a [`Bytes`] buffer, without copying the payload: tensor data (a
+/// [`Payload::Tensor`], tensors nested in a value, a Frame's pixels) comes out as slices of
+/// `buf`, which they keep alive.
+///
+/// Why a second entry point: a `&[u8]` cannot be sliced into owned buffers, so `decode` must
+/// copy; the worker already holds each delivery as `Bytes` and should call this one. Same
+/// rules, same results, same errors as [`decode`].
+pub fn decode_bytes(buf: Bytes) -> Result<Envelope, EnvelopeError> {
+    peek_bytes(buf)?.hydrate()
 }
 
 /// An envelope whose header and metadata are decoded but whose payload is not (yet).
@@ -96,8 +65,9 @@ pub struct Peeked {
     pub header: Envelope,
     /// The payload's FQN (empty on terminators).
     pub payload_type: String,
-    /// The encoded payload (empty on terminators).
-    pub payload: Vec<u8>,
+    /// The encoded payload (empty on terminators): a slice of the input of [`peek_bytes`],
+    /// a copy out of the input of [`peek`].
+    pub payload: Bytes,
     /// The parsed reference when a DATA payload is a [`BLOBREF_TYPE`].
     pub blob: Option<proto::BlobRef>,
 }
@@ -109,13 +79,13 @@ impl Peeked {
     }
 
     /// Decodes the payload and returns the full envelope (terminators keep
-    /// [`Payload::None`]).
+    /// [`Payload::None`]). Tensor data is sliced out of the payload, not copied.
     pub fn hydrate(self) -> Result<Envelope, EnvelopeError> {
         let mut env = self.header;
         if !env.msg_type.is_terminator() {
             env.payload = match self.blob {
                 Some(blob) => Payload::BlobRef(blob),
-                None => decode_payload(&self.payload_type, &self.payload)?,
+                None => decode_payload_bytes(&self.payload_type, self.payload)?,
             };
         }
         Ok(env)
@@ -123,26 +93,53 @@ impl Peeked {
 }
 
 /// Decodes everything but the payload (WIRE-3 steps 1–6, and the BlobRef of step 7).
+///
+/// The parse takes the fast path (`envelope/fast.rs`) and falls back to the prost-driven decoder
+/// for anything it does not handle; the result is the same either way.
 pub fn peek(buf: &[u8]) -> Result<Peeked, EnvelopeError> {
-    let first = *buf.first().ok_or(EnvelopeError::Empty)?;
+    check_first_byte(buf.first().copied())?;
+    let wire = match fast::envelope(buf, None) {
+        Some(wire) => wire,
+        None => wire::WireEnvelope::decode(buf).map_err(EnvelopeError::Protobuf)?,
+    };
+    finish_peek(wire)
+}
+
+/// [`peek`] from a [`Bytes`] buffer: the payload is a slice of `buf`, not a copy.
+pub fn peek_bytes(buf: Bytes) -> Result<Peeked, EnvelopeError> {
+    check_first_byte(buf.first().copied())?;
+    let wire = match fast::envelope(&buf, Some(&buf)) {
+        Some(wire) => wire,
+        None => wire::WireEnvelope::decode(buf).map_err(EnvelopeError::Protobuf)?,
+    };
+    finish_peek(wire)
+}
+
+/// WIRE-3 steps 1 and 2: an empty buffer, a legacy msgpack envelope.
+fn check_first_byte(first: Option<u8>) -> Result<(), EnvelopeError> {
+    let first = first.ok_or(EnvelopeError::Empty)?;
     if is_legacy_msgpack(first) {
         return Err(EnvelopeError::LegacyMsgpack);
     }
-    let wire = proto::Envelope::decode(buf).map_err(EnvelopeError::Protobuf)?;
+    Ok(())
+}
+
+/// WIRE-3 steps 4–6 on a parsed envelope, and the BlobRef of step 7.
+fn finish_peek(wire: wire::WireEnvelope) -> Result<Peeked, EnvelopeError> {
     if wire.v != ENVELOPE_VERSION {
         return Err(EnvelopeError::UnsupportedVersion(wire.v));
     }
-    let msg_type = match proto::MsgType::try_from(wire.r#type) {
+    let msg_type = match proto::MsgType::try_from(wire.msg_type) {
         Ok(proto::MsgType::Data) => MsgType::Data,
         Ok(proto::MsgType::Eos) => MsgType::Eos,
         Ok(proto::MsgType::Abort) => MsgType::Abort,
         Ok(proto::MsgType::Unspecified) | Err(_) => {
-            return Err(EnvelopeError::UnknownMsgType(wire.r#type));
+            return Err(EnvelopeError::UnknownMsgType(wire.msg_type));
         }
     };
     let blob = if !msg_type.is_terminator() && wire.payload_type == BLOBREF_TYPE {
         Some(
-            proto::BlobRef::decode(wire.payload.as_slice()).map_err(|source| {
+            proto::BlobRef::decode(wire.payload.clone()).map_err(|source| {
                 EnvelopeError::BadPayload {
                     payload_type: BLOBREF_TYPE.to_owned(),
                     source,
@@ -152,17 +149,12 @@ pub fn peek(buf: &[u8]) -> Result<Peeked, EnvelopeError> {
     } else {
         None
     };
-    let metadata = wire
-        .metadata
-        .into_iter()
-        .map(|(k, v)| match value_from_proto(v) {
-            Ok(v) => Ok((k, v)),
-            Err(source) => Err(EnvelopeError::BadTensor {
-                location: format!("metadata key {k:?}"),
-                source,
-            }),
-        })
-        .collect::<Result<BTreeMap<_, _>, _>>()?;
+    for (k, v) in &wire.metadata {
+        wire::check_value(v).map_err(|source| EnvelopeError::BadTensor {
+            location: format!("metadata key {k:?}"),
+            source,
+        })?;
+    }
     let header = Envelope {
         producer_name: wire.producer_name,
         flow_id: wire.flow_id,
@@ -174,7 +166,7 @@ pub fn peek(buf: &[u8]) -> Result<Peeked, EnvelopeError> {
         span_id: wire.span_id,
         parent_span_id: wire.parent_span_id,
         replica_id: wire.replica_id,
-        metadata,
+        metadata: wire.metadata,
         payload: Payload::None,
         error: wire.error.map(WireError::from_proto),
     };
@@ -184,12 +176,4 @@ pub fn peek(buf: &[u8]) -> Result<Peeked, EnvelopeError> {
         payload: wire.payload,
         blob,
     })
-}
-
-fn wire_msg_type(t: MsgType) -> proto::MsgType {
-    match t {
-        MsgType::Data => proto::MsgType::Data,
-        MsgType::Eos => proto::MsgType::Eos,
-        MsgType::Abort => proto::MsgType::Abort,
-    }
 }

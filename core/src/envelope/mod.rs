@@ -7,7 +7,8 @@
 //! `shared/vectors/envelope` pin them.
 //!
 //! - [`decode`] follows WIRE-3 step by step and never panics; [`peek`] stops before the
-//!   payload so ownership and replay decisions can come first.
+//!   payload so ownership and replay decisions can come first. [`decode_bytes`] /
+//!   [`peek_bytes`] do the same from a `Bytes` buffer without copying tensor data.
 //! - [`encode`] writes fields in field-number order, encodes set oneof members even at their
 //!   default, turns an empty map into a null value (1.0.4 parity), refuses tensors in
 //!   metadata and applies the ABORT-1 truncation to the error record.
@@ -17,18 +18,22 @@
 
 mod codec;
 mod error;
+mod fast;
 mod payload;
 pub mod proto;
 mod record;
 pub mod tensor;
 pub(crate) mod value_codec;
+mod wire;
 mod wire_error;
 
-pub use codec::{ENVELOPE_VERSION, Peeked, decode, encode, is_legacy_msgpack, peek};
+pub use codec::{
+    ENVELOPE_VERSION, Peeked, decode, decode_bytes, encode, is_legacy_msgpack, peek, peek_bytes,
+};
 pub use error::{CODE_DECODE, CODE_ENCODE, EnvelopeError, TensorError};
 pub use payload::{
     BLOBREF_TYPE, DETECTIONS_TYPE, FRAME_TYPE, Payload, TENSOR_TYPE, TRACKS_TYPE, VALUE_TYPE,
-    decode_payload, encode_payload,
+    decode_payload, decode_payload_bytes, encode_payload,
 };
 pub use record::{Envelope, MsgType};
 pub use value_codec::MAX_VALUE_DEPTH;
@@ -36,3 +41,5 @@ pub use wire_error::{MAX_ERROR_TEXT_CHARS, UNKNOWN_ERROR_CODE, WireError};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod wire_tests;

@@ -172,7 +172,7 @@ fn undecodable_payloads_are_poison() {
             payload: proto::Tensor {
                 shape: vec![2, 2],
                 dtype: "float32".to_owned(),
-                data: vec![0; 15],
+                data: vec![0; 15].into(),
             }
             .encode_to_vec(),
             ..proto::Envelope::default()
@@ -229,7 +229,7 @@ fn metadata_refuses_tensors_anywhere() {
     let t = Value::Tensor(Tensor {
         shape: vec![1],
         dtype: "uint8".to_owned(),
-        data: vec![7],
+        data: vec![7].into(),
     });
     for v in [t.clone(), Value::List(vec![Value::Int(1), t])] {
         let mut env = data(Payload::Value(Value::Null));
@@ -260,7 +260,7 @@ fn encoder_refuses_contradictions() {
     let bad_tensor = data(Payload::Tensor(Tensor {
         shape: vec![3],
         dtype: "int32".to_owned(),
-        data: vec![0; 4],
+        data: vec![0; 4].into(),
     }));
     for env in [
         eos_with_payload,
@@ -318,7 +318,7 @@ fn depth_limit_matches_what_decoders_accept() {
     let t = Value::Tensor(Tensor {
         shape: vec![2],
         dtype: "uint8".to_owned(),
-        data: vec![1, 2],
+        data: vec![1, 2].into(),
     });
     let deep =
         (0..MAX_VALUE_DEPTH).fold(t, |v, _| Value::Map(BTreeMap::from([("k".to_owned(), v)])));

@@ -89,7 +89,7 @@ pub fn tensor(j: &serde_json::Value) -> Tensor {
             .map(|d| d.as_i64().expect("dim"))
             .collect(),
         dtype: j["dtype"].as_str().expect("dtype").to_owned(),
-        data: b64(j["data_b64"].as_str().unwrap_or("")),
+        data: b64(j["data_b64"].as_str().unwrap_or("")).into(),
     }
 }
 

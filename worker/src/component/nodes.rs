@@ -9,7 +9,7 @@ use videoflow_core::component::proto::{
     Open, Process, input, worker_message::Body,
 };
 use videoflow_core::component::{metadata_to_wire, value_from_wire};
-use videoflow_core::envelope::{BLOBREF_TYPE, Payload, decode_payload, encode_payload};
+use videoflow_core::envelope::{BLOBREF_TYPE, Payload, decode_payload_bytes, encode_payload};
 use videoflow_core::errors::{Disposition, ErrorCode, VfError};
 use videoflow_core::value::Value;
 
@@ -193,7 +193,7 @@ pub fn take_output(
             "Return the payload itself; the worker offloads large payloads to the payload store.",
         ));
     }
-    decode_payload(&p.payload_type, &p.data).map_err(|e| {
+    decode_payload_bytes(&p.payload_type, p.data.into()).map_err(|e| {
         VfError::new(
             ErrorCode::Poison,
             format!(
@@ -334,7 +334,7 @@ mod tests {
         };
         assert_eq!(p.payload_type, "videoflow.v1.Value");
         assert_eq!(
-            decode_payload(&p.payload_type, &p.data).expect("decodes"),
+            videoflow_core::envelope::decode_payload(&p.payload_type, &p.data).expect("decodes"),
             Payload::Value(Value::Int(4))
         );
         let i = wire[0].info.as_ref().expect("info");

@@ -194,7 +194,7 @@ mod tests {
         let t = Tensor {
             shape: vec![1],
             dtype: "uint8".into(),
-            data: vec![9],
+            data: vec![9].into(),
         };
         let mut p = JoinerProcessor {
             wait: Duration::ZERO,

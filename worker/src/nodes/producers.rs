@@ -222,7 +222,9 @@ mod tests {
         assert_eq!(verify_synthetic_frame(&a), Some(7));
         assert_eq!(verify_synthetic_frame(&b), Some(8));
         let mut bad = a.clone();
-        bad.data[20] ^= 1;
+        let mut data = bad.data.to_vec();
+        data[20] ^= 1;
+        bad.data = data.into();
         assert_eq!(verify_synthetic_frame(&bad), None);
     }
 }

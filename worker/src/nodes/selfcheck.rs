@@ -795,7 +795,9 @@ mod tests {
         let mut c = SelfCheck::new("unused.json", expect);
         let mut ctx = NodeContext::new("f", "r", "check", 0);
         let mut bad = synthetic_frame(1, 4, 3, 3);
-        bad.data[20] ^= 1;
+        let mut data = bad.data.to_vec();
+        data[20] ^= 1;
+        bad.data = data.into();
         for t in [
             synthetic_frame(0, 4, 3, 3),
             synthetic_frame(1, 4, 3, 3),

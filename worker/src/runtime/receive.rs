@@ -190,7 +190,7 @@ impl Receiver {
 
     async fn fold_terminator(&mut self, d: Delivery) {
         let p = d.parent;
-        let recorded = match envelope::decode(&d.payload) {
+        let recorded = match envelope::decode_bytes(d.payload.clone()) {
             Ok(env) if env.is_stop_signal() => {
                 let kind = if env.msg_type == MsgType::Abort {
                     TerminatorKind::Abort
@@ -237,7 +237,7 @@ impl Receiver {
             num_delivered: d.num_delivered,
             blob_ref: None,
         };
-        let env = match envelope::decode(&d.payload) {
+        let env = match envelope::decode_bytes(d.payload.clone()) {
             Ok(env) => env,
             Err(e) => {
                 // DELIV-15: undecodable input is poison, before any node sees it.

@@ -514,12 +514,15 @@ impl Drop for FlowHarness {
     }
 }
 
-/// Reads a JSONL file (missing ⇒ empty).
+/// Reads a JSONL file (missing ⇒ empty). A sink may be appending while a test polls, so
+/// only complete lines count: anything after the last newline is a line still being written.
 pub fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Vec::new();
     };
-    text.lines()
+    let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+    complete
+        .lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSONL line {l:?}: {e}")))
         .collect()
