@@ -82,7 +82,10 @@ def main():
         row("Broker: JetStream async publish, 1 KiB (msg/s)", rng(ceil["publish_msgs_s"]), "—", None)
         row("Broker: batched fetch + ack (msg/s)", rng(ceil["fetch_ack_msgs_s"]), "—", None)
         row("Broker: ideal pipelined hop (msg/s)", rng(ceil["ideal_hop_msgs_s"]), "—", None)
-        row("Broker: serial hop, the worker's shape (msg/s)", rng(ceil["serial_hop_msgs_s"]), "—", None)
+        if "credit_hop_msgs_s" in ceil:
+            row("Broker: ideal hop at STREAM-15 credit (max_ack_pending 5) (msg/s)",
+                rng(ceil["credit_hop_msgs_s"]), "—", None)
+        row("Broker: serial hop, the old worker shape (msg/s)", rng(ceil["serial_hop_msgs_s"]), "—", None)
     if "identity_msgs_s" in ident and "ideal_hop_msgs_s" in ceil:
         ratio = ident["identity_msgs_s"]["median"] / ceil["ideal_hop_msgs_s"]["median"]
         serial = ident["identity_msgs_s"]["median"] / ceil["serial_hop_msgs_s"]["median"]
@@ -90,8 +93,23 @@ def main():
         summary["identity_over_serial"] = serial
         row(f"Identity hop, 1 KiB, BATCH, n={ident['n']} (msg/s)", rng(ident["identity_msgs_s"]), "—", None)
         row("Identity hop / ideal hop", f"{ratio:.1%}", "≥ 50 % (stretch 70 %)", ratio >= 0.5)
-        row("Identity hop / serial hop (same shape, raw client)", f"{serial:.1%}", "—", None)
+        if "credit_hop_msgs_s" in ceil:
+            credit = ident["identity_msgs_s"]["median"] / ceil["credit_hop_msgs_s"]["median"]
+            summary["identity_over_credit_hop"] = credit
+            row("Identity hop / ideal hop at the same credit", f"{credit:.1%}", "(≥ 50 %)", credit >= 0.5)
+        row("Identity hop / serial hop (old shape, raw client)", f"{serial:.1%}", "—", None)
         row("Producer alone (msg/s)", rng(ident["producer_msgs_s"]), "—", None)
+    cb = flow.get("component_boundary", {})
+    if "exec_msgs_s" in cb:
+        ratio = cb["exec_over_builtin"]["median"]
+        added = cb["added_p50_us"]["median"]
+        summary["exec_over_builtin"] = ratio
+        summary["exec_added_p50_us"] = added
+        row(f"Component boundary: identity hop built in / Python exec, n={cb['n']} (msg/s)",
+            f"{rng(cb['builtin_msgs_s'])} / {rng(cb['exec_msgs_s'])}", "—", None)
+        row("Component boundary: exec / built-in throughput", f"{ratio:.1%}", "≥ 50 %", ratio >= 0.5)
+        row("Component boundary: added per message, p50 of proctime (µs)", fmt(added, 1), "≤ 30 µs",
+            added <= 30)
     lat = flow.get("latency", {})
     if "depths" in lat:
         for d in lat["depths"]:
