@@ -16,7 +16,8 @@ case's slot as {"raised": "<ExceptionClass>", "message": "<str(e)>"}.
 
 Every answer comes from the reference's own functions (``derive_message_id``,
 ``NATSMessenger._partition_verdict``, ``TimeGroupAssembler``, ``encode_envelope`` /
-``decode_envelope``, ``JoinPolicy`` + ``make_assembler``, ``runtime.scaling``); the only code
+``decode_envelope``, ``JoinPolicy`` + ``make_assembler``, ``runtime.scaling``,
+``runtime.health.quantile_bounds``); the only code
 here converts between the typed JSON descriptions below and native Python values.
 
 Typed value description (shared with core/tests/differential.rs):
@@ -46,7 +47,7 @@ from videoflow.backends import allocation, messaging as bmessaging, outcomes
 from videoflow.core import policies
 from videoflow.messaging import grouping
 from videoflow.messaging.nats_messenger import NATSMessenger
-from videoflow.runtime import scaling
+from videoflow.runtime import health, scaling
 from videoflow.v1 import envelope_pb2
 from videoflow.wire import serialization as ser
 
@@ -389,6 +390,20 @@ def op_admit_autoscaling(cases):
             out.append(raised(e))
     return out
 
+
+def op_quantile_bounds(cases):
+    '''
+    [[count, ...] cumulative, q hex, [bound hex, ...]] -> [lower hex, upper hex], null (no
+    observations) or the refusal raised, from ``runtime.health.quantile_bounds``.
+    '''
+    out = []
+    for cumulative, q, bounds in cases:
+        try:
+            r = health.quantile_bounds(cumulative, h2f(q), tuple(h2f(b) for b in bounds))
+            out.append(None if r is None else [f2h(r[0]), f2h(r[1])])
+        except Exception as e:  # noqa: BLE001
+            out.append(raised(e))
+    return out
 
 def op_printable(_args):
     '''

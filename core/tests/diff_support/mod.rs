@@ -344,10 +344,13 @@ pub fn report(rng: &Rng, cases: usize, failures: &[String]) {
     let shown: Vec<&String> = failures.iter().take(8).collect();
     panic!(
         "{}: {} of {cases} cases differ from videoflow {REF_VERSION}.\n\
-         Reproduce: VF_DIFF_SEED={:#x} cargo test -p videoflow-core --test differential {}\n\n{}",
+         Reproduce: VF_DIFF_SEED={:#x} cargo test -p {} --test {} {}\n\n{}",
         rng.test,
         failures.len(),
         rng.seed,
+        // The test binary including this module (core's `differential`, the worker's too).
+        env!("CARGO_PKG_NAME"),
+        env!("CARGO_CRATE_NAME"),
         rng.test,
         shown
             .iter()

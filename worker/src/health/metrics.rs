@@ -322,9 +322,11 @@ pub fn quantile_bounds(
     if count == 0 {
         return Ok(None);
     }
-    let rank = ((q * count as f64 - 1e-9).ceil() as u64).max(1);
+    // In u128: `q × count` may round up to 2^64, a rank no u64 count reaches (as in 1.0.4,
+    // whose ints are exact); `as u64` would saturate it to a reachable u64::MAX.
+    let rank = ((q * count as f64 - 1e-9).ceil() as u128).max(1);
     for (i, seen) in cumulative.iter().enumerate() {
-        if *seen >= rank {
+        if u128::from(*seen) >= rank {
             let lower = if i == 0 {
                 f64::NEG_INFINITY
             } else {
@@ -464,6 +466,11 @@ mod tests {
         assert_eq!(
             quantile_bounds(&c20, 0.01, &b),
             Ok(Some((1.0, f64::INFINITY)))
+        );
+        // 1.0 × u64::MAX rounds to 2^64: a rank no count reaches (1.0.4's exact ints agree).
+        assert_eq!(
+            quantile_bounds(&[u64::MAX], 1.0, &[]),
+            Err(QuantileError::NotCumulative)
         );
     }
 
