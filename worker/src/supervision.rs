@@ -84,6 +84,12 @@ impl ProgressDeadline {
         self.state().last_progress = now;
     }
 
+    /// Whether [`check`](Self::check) would return Ok without reading the probe: the
+    /// deadline is off, or the node is silent for less than the timeout.
+    pub fn within(&self) -> bool {
+        self.timeout <= 0.0 || self.silent_for() < self.timeout
+    }
+
     /// Seconds since the last progress.
     pub fn silent_for(&self) -> f64 {
         (self.clock)() - self.state().last_progress

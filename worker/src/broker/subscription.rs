@@ -5,7 +5,7 @@
 //! loop's hands — a lease STREAM-15's credit (`item_credit + prefetch`) does not account for.
 //! So each loop first takes the free queue slots (semaphore permits, capacity 4; at least
 //! one, and only one under a byte budget), then waits for the byte budget, and only then
-//! opens one pull request for as many messages as it holds slots, with a 1 s expiry. Each
+//! opens one pull request for as many messages as it holds slots, with a short expiry ([`FETCH_EXPIRY`]). Each
 //! permit travels with
 //! the queued delivery and is returned when the receiver takes it out, so "room in the queue"
 //! is exact. From the moment it is fetched until it is resolved, a delivery sits in the held
@@ -33,8 +33,10 @@ use super::held::{HeldSet, HoldKey, keepalive_period};
 
 /// Local queue depth per subscription (STREAM-15 `prefetch`, §8.4), data and terminators.
 pub const QUEUE_CAPACITY: usize = 4;
-/// How long one pull request waits for a message (§8.4).
-pub const FETCH_EXPIRY: Duration = Duration::from_secs(1);
+/// How long one pull request stays open (§8.4 leaves it to the implementation). Short,
+/// because closing waits for the open request to end rather than drop what it may deliver:
+/// 250 ms bounds that wait (a worker's exit after its drain) for four idle requests a second.
+pub const FETCH_EXPIRY: Duration = Duration::from_millis(250);
 /// How often the keepalive ticker looks for due renewals; fine enough that a 1 s period
 /// renews well inside a 2 s `ack_wait`.
 pub const KEEPALIVE_TICK: Duration = Duration::from_millis(250);

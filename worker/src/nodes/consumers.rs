@@ -81,6 +81,10 @@ impl Consumer for VoidConsumer {
     fn consume(&mut self, _ctx: &mut NodeContext, inputs: &[Input]) -> Result<(), VfError> {
         expect_inputs("VoidConsumer", 1, inputs.len())
     }
+
+    fn may_block(&self) -> bool {
+        false
+    }
 }
 
 /// `videoflow.consumers.basic.FileAppenderConsumer`: appends `f'{item}\n'` to `filepath`,

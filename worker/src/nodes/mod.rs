@@ -106,6 +106,14 @@ pub trait Processor: Send {
     /// Python's `None` is `Payload::Value(Value::Null)` and is published like any value.
     fn process(&mut self, ctx: &mut NodeContext, inputs: &[Input]) -> Result<Payload, VfError>;
 
+    /// Whether `process` may block (I/O, sleeps, long compute). The loop then runs it off the
+    /// async runtime (`block_in_place`), so receipts, acks and keepalives go on meanwhile; a
+    /// node that always returns in microseconds says `false` and saves that thread hand-off
+    /// on every message. Default: `true`.
+    fn may_block(&self) -> bool {
+        true
+    }
+
     /// Releases resources (LOOP-1).
     fn close(&mut self, _ctx: &mut NodeContext) -> Result<(), VfError> {
         Ok(())
@@ -127,6 +135,11 @@ pub trait Consumer: Send {
     /// Applies the effect of one group; `inputs` follow the node's parent order. Must not
     /// return before the effect is durable enough to ack (LOOP-5 applies to effects too).
     fn consume(&mut self, ctx: &mut NodeContext, inputs: &[Input]) -> Result<(), VfError>;
+
+    /// As [`Processor::may_block`], for `consume`.
+    fn may_block(&self) -> bool {
+        true
+    }
 
     /// Releases resources (LOOP-1).
     fn close(&mut self, _ctx: &mut NodeContext) -> Result<(), VfError> {

@@ -61,6 +61,11 @@ impl Processor for IdentityProcessor {
         pause(self.wait);
         passthrough("IdentityProcessor", input)
     }
+
+    /// Blocks only when it paces (`fps`).
+    fn may_block(&self) -> bool {
+        !self.wait.is_zero()
+    }
 }
 
 /// `videoflow.processors.basic.JoinerProcessor`: the tuple of its inputs, in parent order,

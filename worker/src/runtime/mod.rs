@@ -42,6 +42,9 @@ use produce::ProducerEnd;
 use receive::Receiver;
 use settle::Settler;
 
+/// Local queue depth of a REALTIME node's data subscriptions (see `build_loop`).
+const REALTIME_QUEUE_CAPACITY: usize = 1;
+
 /// Default `VF_TERMINATION_LOG`.
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 
@@ -259,7 +262,14 @@ async fn build_loop<'a>(
             &instance,
         )
         .await?;
-        inbox.subscribe(SubscriptionSpec::new(i, DeliveryKind::Data, bound.clone()));
+        let mut data = SubscriptionSpec::new(i, DeliveryKind::Data, bound.clone());
+        if cfg.is_realtime() {
+            // REALTIME: newest matters. Every frame parked locally is one more service time
+            // of latency for the next, so hold one; the durable's credit (STREAM-15) is a cap,
+            // not a quota, and the stream drops the overflow (DELIV-4).
+            data.capacity = REALTIME_QUEUE_CAPACITY;
+        }
+        inbox.subscribe(data);
         inbox.subscribe(SubscriptionSpec::new(i, DeliveryKind::Terminator, eos));
         durables.push(bound);
     }

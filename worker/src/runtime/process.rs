@@ -282,7 +282,11 @@ impl Loop<'_> {
                     return Ok(None); // IDEM-1: already consumed; ack
                 }
                 barrier(Barrier::SinkEffectBefore, || input_key.to_owned()).await?;
-                tokio::task::block_in_place(|| node.consume(ctx, &inputs))?;
+                if node.may_block() {
+                    tokio::task::block_in_place(|| node.consume(ctx, &inputs))?;
+                } else {
+                    node.consume(ctx, &inputs)?;
+                }
                 barrier(Barrier::SinkEffectAfter, || input_key.to_owned()).await?;
                 *last_end = Instant::now();
                 if let Some(store) = idem {
@@ -291,7 +295,11 @@ impl Loop<'_> {
                 Ok(None)
             }
             Sink::Processor(node) => {
-                let output = tokio::task::block_in_place(|| node.process(ctx, &inputs))?;
+                let output = if node.may_block() {
+                    tokio::task::block_in_place(|| node.process(ctx, &inputs))?
+                } else {
+                    node.process(ctx, &inputs)?
+                };
                 let ended = Instant::now();
                 let timings = Timings {
                     proctime: (ended - started).as_secs_f64(),
