@@ -230,7 +230,9 @@ pub struct ScalerStatus {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct DemandStatus {
-    /// One-line diagnosis (e.g. lag unknown, within target, scaling up).
+    /// The demand diagnosis, in 1.0.4's words: `unknown` (a parent could not be observed —
+    /// never read as 0), `idle`, `starved` (a join with work on some parents only: replicas do
+    /// not help) or `backlog` (every parent has work: replicas help).
     pub diagnosis: String,
     /// Replicas the demand signal asks for, when it is known.
     #[serde(skip_serializing_if = "Option::is_none")]
