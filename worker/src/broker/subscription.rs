@@ -509,17 +509,16 @@ async fn fetch_failed(cx: &mut LoopContext, error: &str) {
     }
 }
 
-/// One fetched message: held, then handed back (stopping), skipped (admission) or queued
-/// with the slot it occupies.
+/// One fetched message: held, then skipped (admission) or queued with the slot it occupies.
+///
+/// Also while stopping: a delivery NAKed here would be redelivered into this same open pull
+/// request and NAKed again, each time spending one of its `max_deliver` deliveries until the
+/// broker gives up on it. Parked, it is handed back once, after the pull loops have ended
+/// (`Inbox::quiesce`).
 async fn take(cx: &LoopContext, message: jetstream::Message, slot: OwnedSemaphorePermit) {
     let Some(delivery) = hold(cx, message) else {
         return;
     };
-    if *cx.stop.borrow() {
-        // Fetched while stopping: nobody will receive it here; hand it back now.
-        let _ = delivery.handle.nak(None).await;
-        return;
-    }
     if let Some(admission) = &cx.admission
         && (admission.filter)(&delivery) == Admit::AckAndSkip
     {
