@@ -8,7 +8,9 @@
 //! terminator deliveries and acks them when [`DrainTracker::evaluate`] reports the parent
 //! stopped (EOS-4).
 //!
-//! Not here yet: the EOS-7 barrier (needs a durable shared ledger, issue #5).
+//! Under a durable shared ledger the EOS-7 barrier decides instead of the quiescence window
+//! ([`DrainTracker::barrier_check`]): every parent replica's terminator recorded and as many
+//! distinct ids received as they say were published — counted, not waited for.
 
 use std::collections::BTreeMap;
 
@@ -40,6 +42,23 @@ pub enum Recorded {
     New,
     /// A duplicate of a recorded fact: ack it at once.
     Duplicate,
+}
+
+/// What the EOS-7 barrier says of a parent before the received count is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BarrierCheck {
+    /// Some condition other than the count fails: keep receiving.
+    NotYet,
+    /// Complete once at least `final_count` distinct ids were received (b).
+    Count {
+        /// The sum of the recorded terminators' seqs.
+        final_count: u64,
+    },
+    /// An ABORT is recorded and P is drained: complete as aborted, no count needed.
+    Aborted {
+        /// The sum of the recorded terminators' seqs (for the commit record).
+        final_count: u64,
+    },
 }
 
 /// The per-parent facts.
@@ -149,6 +168,71 @@ impl DrainTracker {
             return true;
         }
         false
+    }
+
+    /// The EOS-7 barrier for `parent` (its `expected_replicas` from `VF_PARENT_REPLICAS`),
+    /// checked after EOS-3's (a)–(c) in place of (d) and the quiescence timer: (a) a
+    /// terminator recorded for every replica `0..expected` (an ABORT outranks an EOS of the
+    /// same replica), (c) no group holds P, (d) a Known broker observation (0, 0). What it
+    /// cannot decide — (b), the received count — it hands back as the count to reach. An
+    /// ABORT completes P as soon as (c) and (d) hold. Never stops the parent itself: the
+    /// caller commits the completion, then calls [`DrainTracker::mark_stopped`].
+    pub fn barrier_check(
+        &self,
+        parent: usize,
+        expected_replicas: u64,
+        queue_empty: bool,
+        held_in_groups: bool,
+        broker: &Observation<PendingCounts>,
+    ) -> BarrierCheck {
+        let Some(p) = self.parents.get(parent) else {
+            return BarrierCheck::NotYet;
+        };
+        if p.stopped || !p.has_terminator() || !queue_empty || held_in_groups {
+            return BarrierCheck::NotYet;
+        }
+        let mut by_replica: BTreeMap<u32, (TerminatorKind, u64)> = BTreeMap::new();
+        for (&(replica, kind), &seq) in &p.facts {
+            let e = by_replica.entry(replica).or_insert((kind, seq));
+            if kind == TerminatorKind::Abort {
+                *e = (kind, seq);
+            }
+        }
+        let aborted = by_replica
+            .values()
+            .any(|(k, _)| *k == TerminatorKind::Abort);
+        let all_ended = (0..expected_replicas)
+            .all(|r| u32::try_from(r).is_ok_and(|r| by_replica.contains_key(&r)));
+        if !aborted && !all_ended {
+            return BarrierCheck::NotYet;
+        }
+        let drained_at_broker = matches!(
+            broker,
+            Observation::Known(PendingCounts {
+                num_pending: 0,
+                num_ack_pending: 0
+            })
+        );
+        if !drained_at_broker {
+            return BarrierCheck::NotYet;
+        }
+        let final_count = by_replica.values().map(|(_, seq)| *seq).sum();
+        if aborted {
+            BarrierCheck::Aborted { final_count }
+        } else {
+            BarrierCheck::Count { final_count }
+        }
+    }
+
+    /// Marks `parent` stopped (the EOS-7 barrier completed it); `true` the first time.
+    pub fn mark_stopped(&mut self, parent: usize) -> bool {
+        match self.parents.get_mut(parent) {
+            Some(p) if !p.stopped => {
+                p.stopped = true;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Whether `parent` is stopped.
@@ -314,5 +398,69 @@ mod tests {
         assert!(d.any_terminator() && !d.every_terminator());
         d.record(1, 0, TerminatorKind::Eos, 1, None);
         assert!(d.every_terminator());
+    }
+
+    #[test]
+    fn eos_7_barrier_waits_for_every_replica_then_hands_back_the_count() {
+        // The spec's example: cam replicas published 40 and 37.
+        let mut d = DrainTracker::new(1, 500);
+        d.record(0, 0, TerminatorKind::Eos, 40, None);
+        assert_eq!(
+            d.barrier_check(0, 2, true, false, &ZERO),
+            BarrierCheck::NotYet
+        );
+        d.record(0, 1, TerminatorKind::Eos, 37, None);
+        assert_eq!(
+            d.barrier_check(0, 2, true, false, &ZERO),
+            BarrierCheck::Count { final_count: 77 }
+        );
+        // (b)/(c) of EOS-3, then (d): anything outstanding or unobserved keeps it open.
+        assert_eq!(
+            d.barrier_check(0, 2, false, false, &ZERO),
+            BarrierCheck::NotYet
+        );
+        assert_eq!(
+            d.barrier_check(0, 2, true, true, &ZERO),
+            BarrierCheck::NotYet
+        );
+        let busy = Observation::Known(PendingCounts {
+            num_pending: 0,
+            num_ack_pending: 1,
+        });
+        assert_eq!(
+            d.barrier_check(0, 2, true, false, &busy),
+            BarrierCheck::NotYet
+        );
+        let unknown = Observation::unknown("timeout", "no reply");
+        assert_eq!(
+            d.barrier_check(0, 2, true, false, &unknown),
+            BarrierCheck::NotYet
+        );
+        // No quiescence window: the barrier never waits on the clock, and never stops P itself.
+        assert!(!d.is_stopped(0));
+        assert!(d.mark_stopped(0));
+        assert!(!d.mark_stopped(0));
+        assert_eq!(
+            d.barrier_check(0, 2, true, false, &ZERO),
+            BarrierCheck::NotYet
+        );
+    }
+
+    #[test]
+    fn eos_7_an_abort_outranks_and_completes_without_the_other_replicas() {
+        let mut d = DrainTracker::new(1, 500);
+        d.record(0, 1, TerminatorKind::Eos, 5, None);
+        d.record(0, 1, TerminatorKind::Abort, 6, None);
+        assert_eq!(
+            d.barrier_check(0, 3, true, false, &ZERO),
+            BarrierCheck::Aborted { final_count: 6 }
+        );
+        // An undecodable terminator satisfies EOS-3 (a), never EOS-7 (a).
+        let mut u = DrainTracker::new(1, 500);
+        u.record_undecodable(0);
+        assert_eq!(
+            u.barrier_check(0, 1, true, false, &ZERO),
+            BarrierCheck::NotYet
+        );
     }
 }

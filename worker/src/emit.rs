@@ -114,9 +114,14 @@ impl Emitter {
 
     /// EOS-7: a DATA publication was stored for the first time (a duplicate receipt or an
     /// unconfirmed send does not count; without a durable ledger the count restarts with the
-    /// process, which only the EOS-7 barrier — ledger-only — would read).
+    /// process). Under a durable shared ledger the ledger counts instead ([`Emitter::set_published`]).
     pub fn count_published(&mut self) {
         self.published += 1;
+    }
+
+    /// Replaces the count with the run ledger's (distinct ids, persisted across restarts).
+    pub fn set_published(&mut self, n: u64) {
+        self.published = n;
     }
 
     /// Distinct DATA ids published so far (the terminator's seq, EOS-7).

@@ -5,9 +5,10 @@
 //! keyed by the group's `last_input_key` (§5) before consuming — seen ⇒ skip and ack; else
 //! consume, [`IdempotencyStore::mark`], ack — which makes its effects "exactly-once-ish".
 //!
-//! This is the Redis store at `VF_BLOB_REDIS_URL` (IDEM-1's fallback when the runtime store is
-//! not durable+shared): seen = `EXISTS <key> == 1`, mark = `SET <key> "1" EX 86400`, and the
-//! key stored is the raw 32-hex id. [`idempotency_key`] (IDEM-2) is provided for parity but,
+//! Two homes, as IDEM-1 orders them: the run ledger's effect markers (`effect/{key}`,
+//! `{"at","until"}`) when the runtime store is durable and shared — they then survive with
+//! the rest of the run's facts — else the Redis at `VF_BLOB_REDIS_URL`: seen =
+//! `EXISTS <key> == 1`, mark = `SET <key> "1" EX 86400`. The key is the raw 32-hex id. [`idempotency_key`] (IDEM-2) is provided for parity but,
 //! as in 1.0.4's worker path, not applied to the stored key.
 
 use std::time::Duration;
@@ -16,6 +17,7 @@ use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::msgid::sha256hex;
 
 use crate::blob::{RedisLink, is_transport_failure};
+use crate::store::RunLedger;
 
 /// How long a marker is kept (IDEM-1): shorter than the dead-letter replay horizon, which is
 /// why a marker alone never certifies exactly-once.
@@ -38,7 +40,13 @@ pub fn idempotency_key(flow: &str, node: &str, message_id: &str) -> String {
 /// Consumers are single sinks (not replicated), so a plain check-then-mark is race-free.
 #[derive(Debug, Clone)]
 pub struct IdempotencyStore {
-    link: RedisLink,
+    home: Home,
+}
+
+#[derive(Debug, Clone)]
+enum Home {
+    Redis(RedisLink),
+    Ledger(RunLedger),
 }
 
 impl IdempotencyStore {
@@ -46,15 +54,24 @@ impl IdempotencyStore {
     /// `VF_CONFIG` on a bad URL). Does not connect; the first [`seen`](Self::seen) does.
     pub fn connect(url: &str) -> Result<Self, VfError> {
         Ok(IdempotencyStore {
-            link: RedisLink::open(url)?,
+            home: Home::Redis(RedisLink::open(url)?),
         })
+    }
+
+    /// Markers in the run ledger (`effect/{key}`), for a ledger that is durable and shared.
+    pub fn ledger(ledger: RunLedger) -> Self {
+        IdempotencyStore {
+            home: Home::Ledger(ledger),
+        }
     }
 
     /// Replaces the bound on connecting and on each reply (default
     /// [`crate::blob::DEFAULT_STORE_TIMEOUT`]).
     #[must_use]
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.link.set_timeout(timeout);
+        if let Home::Redis(link) = &mut self.home {
+            link.set_timeout(timeout);
+        }
         self
     }
 
@@ -64,10 +81,13 @@ impl IdempotencyStore {
     /// A store failure is returned, never guessed: an unreachable store is `VF_TRANSIENT`
     /// (the group is redelivered later), any other refusal `VF_RESOURCE_UNAVAILABLE`.
     pub async fn seen(&self, key: &str) -> Result<bool, VfError> {
+        let link = match &self.home {
+            Home::Ledger(ledger) => return ledger.effect_seen(key).await,
+            Home::Redis(link) => link,
+        };
         let mut exists = redis::cmd("EXISTS");
         exists.arg(key);
-        self.link
-            .query::<i64>(&exists)
+        link.query::<i64>(&exists)
             .await
             .map(|n| n == 1)
             .map_err(|e| store_error(&e, "checking", key))
@@ -78,13 +98,21 @@ impl IdempotencyStore {
     /// Call it after the consume succeeded and before the ack, so a crash in between replays
     /// at most the ack, never the effect.
     pub async fn mark(&self, key: &str) -> Result<(), VfError> {
+        let link = match &self.home {
+            Home::Ledger(ledger) => {
+                return ledger
+                    .mark_effect(key, EFFECT_RETENTION_SECONDS as f64)
+                    .await
+                    .map(|_| ());
+            }
+            Home::Redis(link) => link,
+        };
         let mut set = redis::cmd("SET");
         set.arg(key)
             .arg("1")
             .arg("EX")
             .arg(EFFECT_RETENTION_SECONDS);
-        self.link
-            .query::<()>(&set)
+        link.query::<()>(&set)
             .await
             .map_err(|e| store_error(&e, "writing", key))
     }

@@ -159,6 +159,100 @@ fn linear(prov: Provisioner, place: &[Runtime]) {
 
 matrix!(linear, [R, P, R]);
 
+// -- the run ledger and the EOS-7 barrier ------------------------------------------------------
+
+/// numbers → same (3 competing replicas, on both runtimes) → sink, with a durable shared run
+/// ledger (`file://`, as 1.0.4's local engine uses): both implementations record terminators,
+/// received ids and completions under one key layout (§11.2), and each completes its parents
+/// by the EOS-7 barrier — the union of received logs written by *both* runtimes.
+fn ledger(prov: Provisioner, place: &[Runtime]) {
+    const N: i64 = 40;
+    let mut h = FlowHarness::new(&batch_flow(
+        "ledger",
+        "  runId: r1\n  runtimeStore: {url: \"file://{{DIR}}/ledger\"}\n",
+        &format!(
+            r#"  - name: numbers
+    kind: producer
+    component: {{builtin: videoflow.producers.basic.IntProducer}}
+    params: {{start_value: 0, end_value: {last}}}
+  - name: same
+    kind: processor
+    replicas: 3
+    parents: [numbers]
+    component: {{builtin: videoflow.processors.basic.IdentityProcessor}}
+  - name: sink
+    kind: consumer
+    parents: [same]
+    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
+    params: {{path: "{{{{DIR}}}}/out.jsonl"}}
+"#,
+            last = N - 1
+        ),
+    ));
+    let t0 = Instant::now();
+    h.start_placed(
+        prov,
+        &placement(&[("numbers", 1), ("same", 3), ("sink", 1)], place),
+    );
+    let exits = h.wait_all(Duration::from_secs(90));
+    h.assert_all_ok(&exits);
+    let mut values: Vec<i64> = h.jsonl("out.jsonl").iter().map(int_value).collect();
+    values.sort_unstable();
+    assert_eq!(
+        values,
+        (0..N).collect::<Vec<_>>(),
+        "logs:\n{}",
+        h.all_logs()
+    );
+    let store =
+        videoflow_worker::store::RuntimeStore::open(&format!("file://{}/ledger", h.dir.display()))
+            .expect("ledger");
+    let scan = |prefix: &str| -> BTreeMap<String, Json> {
+        h.block_on(store.scan(prefix))
+            .expect("scan")
+            .into_iter()
+            .map(|(k, v, _)| {
+                (
+                    k[prefix.len()..].to_owned(),
+                    serde_json::from_slice(&v).unwrap_or(Json::Null),
+                )
+            })
+            .collect()
+    };
+    // One terminator fact for `same` (the producer's), N distinct ids.
+    let terms = scan("vf/ledger/r1/same/terminator/");
+    assert_eq!(
+        terms.keys().cloned().collect::<Vec<_>>(),
+        ["numbers/r0/eos"]
+    );
+    assert_eq!(terms["numbers/r0/eos"]["seq"].as_i64(), Some(N));
+    // The union of the received logs, whichever runtime wrote them, is every id once.
+    let durable = naming::durable_name("same", "numbers");
+    let mut received = BTreeSet::new();
+    for r in 0..3 {
+        let log = format!("vf/ledger/r1/same/received/numbers/{durable}/r{r}");
+        for id in h.block_on(store.log_entries(&log)).expect("log") {
+            assert!(received.insert(id), "an id noted twice");
+        }
+    }
+    assert_eq!(received.len(), N as usize);
+    // Every replica of `same` and the sink committed completion with final = N; the sink's
+    // three terminators (one per runtime's replica) add up to N.
+    let same_done = scan("vf/ledger/r1/same/completion/");
+    assert_eq!(same_done.len(), 3, "{same_done:?}");
+    let sink_done = scan("vf/ledger/r1/sink/completion/");
+    assert_eq!(sink_done.len(), 1, "{sink_done:?}");
+    for doc in same_done.values().chain(sink_done.values()) {
+        assert_eq!(doc["final"].as_i64(), Some(N), "{doc}");
+    }
+    let sink_terms = scan("vf/ledger/r1/sink/terminator/");
+    let forwarded: i64 = sink_terms.values().filter_map(|d| d["seq"].as_i64()).sum();
+    assert_eq!((sink_terms.len(), forwarded), (3, N));
+    eprintln!("ledger {}: {:?}", label(prov, place), t0.elapsed());
+}
+
+matrix!(ledger, [R, P, R, P, R]);
+
 // -- diamond and partitioned join --------------------------------------------------------------
 
 /// numbers ─┬─ same (2 competing replicas) ─┐

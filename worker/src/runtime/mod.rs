@@ -9,7 +9,9 @@
 //! - [`guards`] — GPU and asset checks, health server, progress deadline and watchdog.
 //! - [`window`] — outputs in flight: receipts and acks on their own tasks, taken back in order.
 //!
-//! The runtime ledger is opened at step 7 for the slot claim only (`crate::store`).
+//! The run ledger is opened at step 7 (`crate::store`): the slot claim, then — when the store
+//! is durable and shared — terminators, received ids and completions (receive), published ids
+//! (output) and sink effect markers (IDEM-1).
 
 mod guards;
 mod output;
@@ -36,6 +38,7 @@ use crate::emit::Emitter;
 use crate::idempotency::IdempotencyStore;
 use crate::join::{JoinAssembler, SystemClock};
 use crate::nodes::{BuiltNode, NodeContext, build_node};
+use crate::store::RunLedger;
 use output::Output;
 use process::{Loop, LoopEnd, Sink};
 use produce::ProducerEnd;
@@ -107,8 +110,21 @@ async fn start(vars: &BTreeMap<String, String>, signals: &Signals) -> Result<i32
     };
     // Step 6: GPU grant check, then asset check — before any connection and `open()`.
     guards::device_checks(&cfg, vars, matches!(node, BuiltNode::Processor(_))).await?;
-    // Step 7: the runtime store; a replica without an id claims a slot (ENV-5 step 3).
-    let (cfg, _slot) = crate::store::lease::claim_replica_slot(cfg, &signals.stop).await?;
+    // Step 7: the runtime store; a replica without an id claims a slot (ENV-5 step 3), then
+    // the run ledger under the replica id it ends up with.
+    let store = crate::store::RuntimeStore::open(&cfg.runtime_store_url)?;
+    let (cfg, slot) = crate::store::lease::claim_replica_slot(cfg, &store, &signals.stop).await?;
+    let replica = u32::try_from(cfg.replica_id()).unwrap_or(0);
+    let ledger = RunLedger::open(
+        store,
+        &cfg.flow_id,
+        &cfg.run_id,
+        &cfg.node_name,
+        replica,
+        u32::try_from(cfg.nb_tasks).unwrap_or(1),
+    )
+    .await?;
+    let epoch = slot.as_ref().map_or(0, |s| s.lease.epoch);
     // Step 8: the broker.
     let broker = broker::connect(&cfg.nats_url).await?;
     let _control =
@@ -122,9 +138,8 @@ async fn start(vars: &BTreeMap<String, String>, signals: &Signals) -> Result<i32
         None,
     )
     .await?;
-    let replica = u32::try_from(cfg.replica_id()).unwrap_or(0);
     let mut ctx = NodeContext::new(&cfg.flow_id, &cfg.run_id, &cfg.node_name, replica);
-    let output = output_for(&cfg, &broker, blob.clone(), signals, replica)?;
+    let output = output_for(&cfg, &broker, blob.clone(), signals, replica)?.with_ledger(&ledger);
     if signals.interrupt.is_set() {
         return Ok(EXIT_INTERRUPTED); // START-3: SIGINT before the loop
     }
@@ -139,7 +154,7 @@ async fn start(vars: &BTreeMap<String, String>, signals: &Signals) -> Result<i32
         }
         BuiltNode::Processor(mut processor) => {
             processor.check_inputs(cfg.parent_names.len())?;
-            let mut lp = build_loop(&cfg, &broker, blob, output, signals).await?;
+            let mut lp = build_loop(&cfg, &broker, blob, output, signals, &ledger, epoch).await?;
             let _health = guards::start_health(&cfg, &broker).await?; // step 9
             finish(
                 lp.run(Sink::Processor(processor.as_mut()), &mut ctx)
@@ -151,7 +166,12 @@ async fn start(vars: &BTreeMap<String, String>, signals: &Signals) -> Result<i32
             options,
         } => {
             consumer.check_inputs(cfg.parent_names.len())?;
+            // IDEM-1: the ledger's effect markers when it is durable and shared, else the
+            // payload store's Redis.
             let idem = match (&cfg.blob_url, options.idempotent) {
+                (_, true) if ledger.durable_shared() => {
+                    Some(IdempotencyStore::ledger(ledger.clone()))
+                }
                 (Some(url), true) => Some(IdempotencyStore::connect(url)?),
                 (None, true) => {
                     tracing::warn!(
@@ -161,7 +181,7 @@ async fn start(vars: &BTreeMap<String, String>, signals: &Signals) -> Result<i32
                 }
                 _ => None,
             };
-            let mut lp = build_loop(&cfg, &broker, blob, output, signals).await?;
+            let mut lp = build_loop(&cfg, &broker, blob, output, signals, &ledger, epoch).await?;
             let _health = guards::start_health(&cfg, &broker).await?; // step 9
             finish(
                 lp.run(Sink::Consumer(consumer.as_mut(), idem), &mut ctx)
@@ -210,6 +230,8 @@ async fn build_loop<'a>(
     blob: Option<BlobStore>,
     output: Output,
     signals: &'a Signals,
+    ledger: &RunLedger,
+    epoch: u64,
 ) -> Result<Loop<'a>, VfError> {
     let policy = cfg.join_policy.clone();
     let credit = cfg.credit();
@@ -290,7 +312,7 @@ async fn build_loop<'a>(
         .map_or(cfg.max_deliver(false), |d| d.max_deliver());
     let settler = Settler::new(broker.clone(), cfg, max_deliver, blob.clone());
     let supervision = guards::Supervision::new(cfg, broker, &durables)?; // step 10
-    let receiver = Receiver::new(
+    let mut receiver = Receiver::new(
         cfg.clone(),
         broker.clone(),
         inbox,
@@ -299,6 +321,9 @@ async fn build_loop<'a>(
         blob,
         signals.stop.clone(),
     );
+    if ledger.durable_shared() {
+        receiver.restore_from_ledger(ledger.clone(), epoch).await?;
+    }
     Ok(Loop {
         cfg,
         receiver,

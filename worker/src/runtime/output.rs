@@ -10,6 +10,8 @@ use crate::broker::{InFlight, Publication, PublishMode, PublishOutcome, Publishe
 use crate::emit::Emitter;
 use crate::faults::{self, Barrier};
 use crate::health::{self, metrics};
+use crate::store::RunLedger;
+use crate::store::ledger::Accepted;
 use videoflow_core::value::Value;
 
 /// Everything needed to put one envelope on the broker.
@@ -22,6 +24,9 @@ pub(crate) struct Output {
     stop: StopFlag,
     /// Live publications the broker refused (DELIV-4), for the summary and metrics.
     pub(crate) discarded: u64,
+    /// A durable shared run ledger: DATA publications go to its outbox and its count of
+    /// distinct ids is the terminator's seq (EOS-7, persisted across restarts).
+    ledger: Option<RunLedger>,
 }
 
 impl Output {
@@ -41,7 +46,18 @@ impl Output {
             threshold,
             stop,
             discarded: 0,
+            ledger: None,
         }
+    }
+
+    /// Counts DATA publications in `ledger` when it is durable and shared (EOS-7).
+    #[must_use]
+    pub(crate) fn with_ledger(mut self, ledger: &RunLedger) -> Self {
+        if ledger.durable_shared() {
+            self.emitter.set_published(ledger.published_count());
+            self.ledger = Some(ledger.clone());
+        }
+        self
     }
 
     /// Puts a DATA envelope on the wire without waiting for its receipt; the payload is
@@ -56,14 +72,19 @@ impl Output {
                 .await?;
         env.payload = Payload::Opaque { payload_type, data };
         record_publish(&env);
-        self.start(&env, self.mode, self.emitter.data_subject())
-            .await
+        let mut pending = self
+            .start(&env, self.mode, self.emitter.data_subject())
+            .await?;
+        pending.ledger = self.ledger.clone();
+        Ok(pending)
     }
 
     /// Counts a confirmed DATA publication: a new id towards the terminator's seq (EOS-7), a
     /// refused live one as a drop (DELIV-4).
     pub(crate) fn record(&mut self, outcome: &PublishOutcome) {
         match outcome {
+            // The ledger counted it when the receipt came in (Pending::confirm).
+            PublishOutcome::Stored { .. } if self.ledger.is_some() => {}
             PublishOutcome::Stored {
                 duplicate: false, ..
             } => self.emitter.count_published(),
@@ -77,15 +98,24 @@ impl Output {
 
     /// Publishes this replica's EOS (WIRE-6).
     pub(crate) async fn eos(&mut self) -> Result<PublishOutcome, VfError> {
+        self.sync_published();
         let env = self.emitter.eos();
         self.send(&env, self.mode, self.emitter.eos_subject()).await
     }
 
     /// Publishes this replica's ABORT: bounded (ABORT-2), even under BATCH backpressure.
     pub(crate) async fn abort(&mut self, error: WireError) -> Result<PublishOutcome, VfError> {
+        self.sync_published();
         let env = self.emitter.abort(error);
         self.send(&env, PublishMode::Abort, self.emitter.eos_subject())
             .await
+    }
+
+    /// EOS-7: under a ledger the terminator's seq is the ledger's count of distinct ids.
+    fn sync_published(&mut self) {
+        if let Some(ledger) = &self.ledger {
+            self.emitter.set_published(ledger.published_count());
+        }
     }
 
     async fn send(
@@ -106,6 +136,12 @@ impl Output {
         subject: String,
     ) -> Result<Pending, VfError> {
         let bytes = envelope::encode(env).map_err(encode_error)?;
+        let digest = self.ledger.as_ref().map(|_| {
+            use sha2::Digest;
+            let mut hex = hex::encode(sha2::Sha256::digest(&bytes));
+            hex.truncate(16);
+            hex
+        });
         let publication = Publication::envelope(subject, env.msg_id(), Bytes::from(bytes));
         let msg_id = publication.msg_id.clone();
         faults::barrier(Barrier::PublishSendBefore, || msg_id.clone()).await?;
@@ -114,6 +150,8 @@ impl Output {
             in_flight,
             node: env.producer_name.clone(),
             mode,
+            ledger: None,
+            digest: digest.unwrap_or_default(),
         })
     }
 }
@@ -124,6 +162,10 @@ pub(crate) struct Pending {
     in_flight: InFlight,
     node: String,
     mode: PublishMode,
+    /// Set for a DATA publication under a durable shared ledger: its outbox record.
+    ledger: Option<RunLedger>,
+    /// First 16 hex of the envelope's SHA-256 (the outbox `digest`), under a ledger.
+    digest: String,
 }
 
 impl Pending {
@@ -133,12 +175,16 @@ impl Pending {
     }
 
     /// Reads the receipt (finishing the publication under its mode's rules), then the fault
-    /// schedule's `publish.send.after` and receipt barriers.
+    /// schedule's `publish.send.after` and receipt barriers. Under a ledger a stored (or
+    /// deduplicated) DATA publication is then written to the outbox — before the caller acks
+    /// the input, so a crash in between re-publishes (deduplicated) and records it again.
     pub(crate) async fn confirm(self) -> Result<PublishOutcome, VfError> {
         let Pending {
             in_flight,
             node,
             mode,
+            ledger,
+            digest,
         } = self;
         let msg_id = in_flight.msg_id().to_owned();
         let id = || msg_id.clone();
@@ -152,6 +198,23 @@ impl Pending {
             return faults::receipt_lost(&node, &msg_id, mode);
         }
         faults::barrier(Barrier::PublishReceiptAfter, id).await?;
+        if let (
+            Some(ledger),
+            PublishOutcome::Stored {
+                stream_seq,
+                duplicate,
+            },
+        ) = (&ledger, &outcome)
+        {
+            let accepted = if *duplicate {
+                Accepted::Duplicate
+            } else {
+                Accepted::New
+            };
+            ledger
+                .record_published(&msg_id, &digest, accepted, *stream_seq)
+                .await?;
+        }
         Ok(outcome)
     }
 }

@@ -5,6 +5,11 @@
 //! Order of one call, as the protocol gives it: (1) stop conditions — the control flag, all
 //! parents stopped, or an aborted parent drained; (2) sweep the join; (3) pop a ready group;
 //! (4) wait up to a second for deliveries, fold them all, evaluate the drain, loop.
+//!
+//! With a durable shared run ledger (§11.2) terminators are recorded there and acked at once,
+//! every DATA id is noted as received, a restarted process starts from the recorded
+//! terminators, and BATCH parents listed in `VF_PARENT_REPLICAS` end by the EOS-7 barrier
+//! (counted) instead of the quiescence window (waited).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,10 +27,12 @@ use crate::broker::{
 };
 use crate::config::WorkerConfig;
 use crate::delivery::{nak_delay_seconds, random_jitter};
+use crate::drain::BarrierCheck;
 use crate::drain::{DrainTracker, PendingCounts, Recorded, TerminatorKind};
 use crate::faults::{Barrier, soft_barrier};
 use crate::join::{Entry, JoinAssembler, ReadyGroup};
 use crate::runtime::settle::{Held, Settler};
+use crate::store::RunLedger;
 
 /// How long one receive waits for deliveries before re-checking the stop conditions.
 const POLL: Duration = Duration::from_secs(1);
@@ -34,6 +41,9 @@ const MIN_DRAIN_PROBE: Duration = Duration::from_millis(10);
 /// Idle receive time between end-of-stream flush checks: JOIN-21a's 15 empty 1 s polls,
 /// counted as time because drain probes poll faster.
 const FLUSH_AFTER_IDLE: Duration = Duration::from_secs(15);
+/// Drain probe interval while the EOS-7 barrier governs a draining parent: it waits on no
+/// window, so the probe period is all the latency it adds.
+const BARRIER_PROBE: Duration = Duration::from_millis(20);
 /// The header that addresses a replay to one node (DELIV-16).
 const REPLAY_TARGET: &str = "VF-Replay-Target";
 
@@ -79,6 +89,10 @@ pub(crate) struct Receiver {
     idle_for: Duration,
     /// DATA deliveries dropped before the node: not ours, replays for others, undecodable.
     pub(crate) skipped: u64,
+    /// The run ledger, only when durable and shared (EOS-2, EOS-7).
+    ledger: Option<RunLedger>,
+    /// This replica's partition epoch for completion commits (0 without a lease).
+    epoch: u64,
 }
 
 impl Receiver {
@@ -106,7 +120,42 @@ impl Receiver {
             started: Instant::now(),
             idle_for: Duration::ZERO,
             skipped: 0,
+            ledger: None,
+            epoch: 0,
         }
+    }
+
+    /// Attaches a durable shared run ledger and restores from it (EOS-2): every parent with
+    /// a recorded terminator has ended for this process too, and every recorded ABORT makes
+    /// its parent aborted — before anything is received. `epoch` fences completion commits.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the ledger cannot be read.
+    pub(crate) async fn restore_from_ledger(
+        &mut self,
+        ledger: RunLedger,
+        epoch: u64,
+    ) -> Result<(), VfError> {
+        for p in 0..self.cfg.parent_names.len() {
+            let parent = self.cfg.parent_names[p].clone();
+            for fact in ledger.terminators(&parent).await? {
+                tracing::info!(parent = %parent, replica = fact.replica, kind = ?fact.kind, seq = fact.seq, "terminator recorded by an earlier process");
+                self.drain
+                    .record(p, fact.replica, fact.kind, fact.seq, fact.error);
+            }
+        }
+        self.ledger = Some(ledger);
+        self.epoch = epoch;
+        Ok(())
+    }
+
+    /// `VF_PARENT_REPLICAS[P]` when the EOS-7 barrier governs parent `p`: a durable shared
+    /// ledger, a flow type other than realtime, and P listed.
+    fn barrier_replicas(&self, p: usize) -> Option<u64> {
+        if self.ledger.is_none() || self.cfg.is_realtime() {
+            return None;
+        }
+        self.cfg.parent_replicas.as_ref()?.get(p).copied()
     }
 
     fn now(&self) -> f64 {
@@ -158,7 +207,7 @@ impl Receiver {
                 self.fold(d, settler).await;
             }
             settler.resolve(self.join.take_resolutions()).await;
-            self.evaluate_drain().await;
+            self.evaluate_drain().await?;
             if self.idle_for >= FLUSH_AFTER_IDLE {
                 self.idle_for = Duration::ZERO;
                 self.end_of_stream_flush(settler).await;
@@ -171,10 +220,16 @@ impl Receiver {
     /// least), so EOS-3 ends a parent within about one window of going quiet instead of at
     /// the next whole-second poll (the granularity EOS-3 leaves to the implementation).
     fn poll(&self) -> Duration {
-        let draining = (0..self.cfg.parent_names.len())
-            .any(|p| self.drain.has_terminator(p) && !self.drain.is_stopped(p));
-        if !draining {
+        let draining = |p: &usize| self.drain.has_terminator(*p) && !self.drain.is_stopped(*p);
+        let parents = 0..self.cfg.parent_names.len();
+        if !parents.clone().any(|p| draining(&p)) {
             return POLL;
+        }
+        if parents
+            .filter(draining)
+            .all(|p| self.barrier_replicas(p).is_some())
+        {
+            return BARRIER_PROBE;
         }
         let window = u64::try_from(self.cfg.eos_quiescence_ms).unwrap_or(0);
         Duration::from_millis(window / 5).clamp(MIN_DRAIN_PROBE, POLL)
@@ -201,11 +256,30 @@ impl Receiver {
                 let (parent, replica) = (self.parent_name(p).to_owned(), env.replica_id);
                 let at = || format!("{parent} replica {replica} {kind:?}");
                 soft_barrier(Barrier::EosRecordBefore, at).await;
+                let in_ledger = match &self.ledger {
+                    Some(ledger) => match ledger
+                        .record_terminator(&parent, replica, kind, env.seq, env.error.as_ref())
+                        .await
+                    {
+                        Ok(_) => true,
+                        Err(e) => {
+                            tracing::warn!(parent = %parent, "terminator not recorded in the ledger, held instead: {}", e.log_line());
+                            false
+                        }
+                    },
+                    None => false,
+                };
                 let recorded = self
                     .drain
                     .record(p, env.replica_id, kind, env.seq, env.error);
                 soft_barrier(Barrier::EosRecordAfter, at).await;
-                recorded
+                // EOS-2: with a durable shared ledger the record is the fact a replacement
+                // recovers, so the terminator is acked once recorded.
+                if in_ledger {
+                    Recorded::Duplicate
+                } else {
+                    recorded
+                }
             }
             Ok(_) => Recorded::Duplicate, // a DATA envelope on the terminator subject: ignore
             Err(e) => {
@@ -254,6 +328,23 @@ impl Receiver {
         if env.is_stop_signal() {
             d.handle.ack().await; // a terminator on a data queue is acked and ignored
             return;
+        }
+        // EOS-7 (b): delivered on this durable, whoever processes it. A delivery that
+        // cannot be noted is handed back (DELIV-7 delay): counted short, the barrier would
+        // wait for it forever.
+        if let Some(ledger) = &self.ledger {
+            let durable = &self.data_durables[d.parent];
+            let id = d.header("Nats-Msg-Id").map_or_else(
+                || format!("{}:{}", durable.stream, d.stream_seq),
+                str::to_owned,
+            );
+            let parent = self.parent_name(d.parent);
+            if let Err(e) = ledger.record_received(parent, &durable.name, &id).await {
+                tracing::warn!(parent = %parent, "received id not recorded, handed back: {}", e.log_line());
+                let delay = nak_delay_seconds(held.num_delivered, random_jitter());
+                held.handle.nak(Some(Duration::from_secs_f64(delay))).await;
+                return;
+            }
         }
         // PART-4 / PART-3a: ownership.
         if let Some(by) = self.cfg.partition_by.clone()
@@ -321,8 +412,12 @@ impl Receiver {
         Ok(env)
     }
 
-    /// EOS-3 for every parent that has a terminator and is not stopped yet; EOS-4 on stop.
-    async fn evaluate_drain(&mut self) {
+    /// EOS-3 (or the EOS-7 barrier where it governs) for every parent that has a terminator
+    /// and is not stopped yet; EOS-4 on stop.
+    ///
+    /// # Errors
+    /// StaleAuthority when a newer epoch already committed a completion (exit 4).
+    async fn evaluate_drain(&mut self) -> Result<(), VfError> {
         for p in 0..self.cfg.parent_names.len() {
             if !self.drain.has_terminator(p) || self.drain.is_stopped(p) {
                 continue;
@@ -334,14 +429,63 @@ impl Receiver {
             } else {
                 Observation::unknown("busy", "local work outstanding")
             };
-            if self
-                .drain
-                .evaluate(p, self.now(), queue_empty, held, &observation)
-            {
+            let stopped = match self.barrier_replicas(p) {
+                Some(expected) => {
+                    let check =
+                        self.drain
+                            .barrier_check(p, expected, queue_empty, held, &observation);
+                    self.complete_by_barrier(p, check).await?
+                }
+                None => self
+                    .drain
+                    .evaluate(p, self.now(), queue_empty, held, &observation),
+            };
+            if stopped {
                 tracing::info!(parent = %self.parent_name(p), "parent drained");
                 for h in std::mem::take(&mut self.held_terminators[p]) {
                     h.ack().await;
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// The rest of the EOS-7 barrier: (b) the received count, then the completion commit
+    /// (fenced by this replica's epoch). `true` when parent `p` is now stopped. A ledger that
+    /// cannot be read or written leaves P open (retried at the next probe).
+    async fn complete_by_barrier(
+        &mut self,
+        p: usize,
+        check: BarrierCheck,
+    ) -> Result<bool, VfError> {
+        let Some(ledger) = self.ledger.clone() else {
+            return Ok(false);
+        };
+        let parent = self.parent_name(p).to_owned();
+        let final_count = match check {
+            BarrierCheck::NotYet => return Ok(false),
+            BarrierCheck::Aborted { final_count } => final_count,
+            BarrierCheck::Count { final_count } => {
+                let durable = &self.data_durables[p].name;
+                match ledger.received_count(&parent, durable).await {
+                    Ok(received) if received >= final_count => final_count,
+                    Ok(_) => return Ok(false),
+                    Err(e) => {
+                        tracing::warn!(parent = %parent, "received ids unreadable: {}", e.log_line());
+                        return Ok(false);
+                    }
+                }
+            }
+        };
+        match ledger
+            .commit_completion(&parent, self.epoch, final_count)
+            .await
+        {
+            Ok(()) => Ok(self.drain.mark_stopped(p)),
+            Err(e) if e.code == ErrorCode::StaleAuthority => Err(e),
+            Err(e) => {
+                tracing::warn!(parent = %parent, "completion not committed: {}", e.log_line());
+                Ok(false)
             }
         }
     }

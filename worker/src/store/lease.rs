@@ -234,6 +234,7 @@ pub async fn claim_slot(
 /// `VF_TRANSIENT` when the ledger cannot be reached while claiming.
 pub async fn claim_replica_slot(
     cfg: std::sync::Arc<crate::config::WorkerConfig>,
+    store: &RuntimeStore,
     stop: &StopFlag,
 ) -> Result<
     (
@@ -242,7 +243,6 @@ pub async fn claim_replica_slot(
     ),
     VfError,
 > {
-    let store = RuntimeStore::open(&cfg.runtime_store_url)?;
     let caps = store.capabilities().await;
     if !cfg.needs_slot_claim(caps.durable_and_shared()) {
         return Ok((cfg, None));
@@ -250,7 +250,7 @@ pub async fn claim_replica_slot(
     let lease = Duration::from_secs_f64(cfg.partition_lease_seconds.max(0.001));
     let process_epoch = uuid::Uuid::new_v4().simple().to_string();
     let mut claim = claim_slot(
-        &store,
+        store,
         &cfg.flow_id,
         &cfg.run_id,
         &cfg.node_name,

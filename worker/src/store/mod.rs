@@ -12,12 +12,14 @@
 //! - [`file`] — `file://<dir>`: one file per key, `flock`ed, fsynced (STORE-4).
 //! - [`redis`] — `redis://` / `rediss://`: hashes with WATCH/MULTI/EXEC CAS (STORE-5/6).
 //! - [`lease`] — partition leases and the replica slot claim (§11.2, ENV-5 step 3).
+//! - [`ledger`] — the run ledger's records: terminators, received ids, published ids, completions, effect markers (§11.2).
 //!
 //! The interface is STORE-1's: versions are opaque strings minted by the store; `cas` with
 //! no expected version creates; `delete` with no expected version deletes unconditionally.
 
 pub mod file;
 pub mod lease;
+pub mod ledger;
 pub mod memory;
 pub mod redis;
 
@@ -26,6 +28,7 @@ use videoflow_core::partition::py_repr_str;
 use videoflow_core::scaling::Observation;
 
 pub use file::FileStore;
+pub use ledger::RunLedger;
 pub use lease::{LeaseHolder, SlotClaim, claim_slot};
 pub use memory::MemoryStore;
 pub use redis::{RedisStore, redis_durability};

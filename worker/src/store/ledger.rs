@@ -1,0 +1,574 @@
+//! The run ledger (§11.2, CTRL-4): the facts a node keeps in its runtime store so that a
+//! replacement process — or a sibling replica, or a 1.0.4 worker reading the same store —
+//! starts from them instead of from process memory.
+//!
+//! Why these records and no others: they are what end of stream needs to be decided by
+//! counting rather than by waiting. A parent is complete when every replica's terminator is
+//! recorded and as many distinct DATA ids were received as the terminators say were
+//! published (the EOS-7 barrier) — no quiescence window. That needs, per node,
+//! the terminators (`terminator/…`, EOS-2), the received ids (`received/…` logs), this
+//! replica's published ids (`outbox/…`, the terminator's seq across restarts) and the
+//! completion commit (`completion/…`). Sink effect markers (`effect/…`, IDEM-1) live here too
+//! when the store is durable and shared.
+//!
+//! Layout and encoding are 1.0.4's (a replacement may run the other implementation): keys
+//! under `vf/{flow}/{run}/{node}/`, JSON documents with sorted keys and compact separators,
+//! wall-clock epoch seconds in `at`, every change a read-modify-write CAS on one key retried
+//! [`CAS_ATTEMPTS`] times.
+//!
+//! Not kept (phase 2 or not implemented, see docs/COMPATIBILITY.md): outbox *intents* and
+//! reconciliation, attempt counts (so durables keep `max_deliver = retries + 1`), pending DLQ
+//! handoffs, the terminal log, open join groups and checkpoints.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Map, Value as Json, json};
+use videoflow_core::envelope::WireError;
+use videoflow_core::errors::{Disposition, ErrorCode, VfError};
+
+use super::{CAS_ATTEMPTS, RuntimeStore};
+use crate::drain::TerminatorKind;
+
+/// One recorded terminator (EOS-2), as read back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TerminatorFact {
+    /// The parent's publishing replica (the envelope's `replica_id`).
+    pub replica: u32,
+    /// EOS or ABORT.
+    pub kind: TerminatorKind,
+    /// Distinct DATA ids that replica published (EOS-7).
+    pub seq: u64,
+    /// The ABORT's error record, if any.
+    pub error: Option<WireError>,
+}
+
+/// A publication's definite outcome, as the outbox records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accepted {
+    /// Stored for the first time.
+    New,
+    /// Inside the duplicate window: the broker already held it (still counts, EOS-7).
+    Duplicate,
+}
+
+/// The per-node ledger over a [`RuntimeStore`]. Cheap to clone (one shared state).
+#[derive(Debug, Clone)]
+pub struct RunLedger {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: RuntimeStore,
+    prefix: String,
+    node: String,
+    replica: u32,
+    nb_tasks: u32,
+    durable_shared: bool,
+    /// Mirrors of what this replica wrote, so the hot paths need no re-read.
+    received: Mutex<HashMap<(String, String), HashSet<String>>>,
+    published: Mutex<HashSet<String>>,
+}
+
+impl RunLedger {
+    /// The ledger of node `node`, replica `replica` of `nb_tasks`, in run `flow`/`run`.
+    /// Reads the store's capabilities back once (STORE-6) and, when it is durable and shared,
+    /// reloads this replica's published ids from the outbox (EOS-7: the count persists
+    /// across restarts).
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be scanned.
+    pub async fn open(
+        store: RuntimeStore,
+        flow: &str,
+        run: &str,
+        node: &str,
+        replica: u32,
+        nb_tasks: u32,
+    ) -> Result<Self, VfError> {
+        let durable_shared = store.capabilities().await.durable_and_shared();
+        let ledger = RunLedger {
+            inner: Arc::new(Inner {
+                store,
+                prefix: format!("vf/{flow}/{run}/{node}/"),
+                node: node.to_owned(),
+                replica,
+                nb_tasks: nb_tasks.max(1),
+                durable_shared,
+                received: Mutex::new(HashMap::new()),
+                published: Mutex::new(HashSet::new()),
+            }),
+        };
+        if durable_shared {
+            ledger.load_published().await?;
+        }
+        Ok(ledger)
+    }
+
+    /// Whether records outlive this process *and* are seen by sibling replicas: the gate of
+    /// the EOS-7 barrier, of acking terminators once recorded, and of ledger sink markers.
+    pub fn durable_shared(&self) -> bool {
+        self.inner.durable_shared
+    }
+
+    /// The store underneath.
+    pub fn store(&self) -> &RuntimeStore {
+        &self.inner.store
+    }
+
+    /// `vf/{flow}/{run}/{node}/` + `parts` joined by `/`.
+    pub fn key(&self, parts: &[&str]) -> String {
+        format!("{}{}", self.inner.prefix, parts.join("/"))
+    }
+
+    // -- terminators (EOS-2) --------------------------------------------------------------
+
+    /// Records a parent replica's terminator before it is acked; `true` when the fact is
+    /// new, `false` when `(parent, replica, kind)` was already recorded (by this process,
+    /// an earlier one, or a sibling replica of this node).
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be written.
+    pub async fn record_terminator(
+        &self,
+        parent: &str,
+        replica: u32,
+        kind: TerminatorKind,
+        seq: u64,
+        error: Option<&WireError>,
+    ) -> Result<bool, VfError> {
+        let key = self.key(&[
+            "terminator",
+            parent,
+            &format!("r{replica}"),
+            kind_word(kind),
+        ]);
+        let mut new = false;
+        self.update(&key, |doc| {
+            if doc.is_some() {
+                return None;
+            }
+            new = true;
+            Some(object(json!({
+                "at": now(),
+                "error": error.map_or(Json::Null, error_to_json),
+                "seq": seq,
+            })))
+        })
+        .await?;
+        Ok(new)
+    }
+
+    /// Every terminator recorded for `parent`, by replica then kind.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be scanned.
+    pub async fn terminators(&self, parent: &str) -> Result<Vec<TerminatorFact>, VfError> {
+        let prefix = self.key(&["terminator", parent, ""]);
+        let mut out = Vec::new();
+        for (key, raw, _) in self.inner.store.scan(&prefix).await? {
+            let rest = &key[prefix.len()..];
+            let Some((replica, kind)) = rest.split_once('/') else {
+                continue;
+            };
+            let (Some(replica), Some(kind)) = (
+                replica
+                    .strip_prefix('r')
+                    .and_then(|r| r.parse::<u32>().ok()),
+                kind_from_word(kind),
+            ) else {
+                continue;
+            };
+            let doc = parse(&raw);
+            out.push(TerminatorFact {
+                replica,
+                kind,
+                seq: doc.get("seq").and_then(Json::as_u64).unwrap_or(0),
+                error: doc.get("error").and_then(error_from_json),
+            });
+        }
+        out.sort_by_key(|f| (f.replica, f.kind));
+        Ok(out)
+    }
+
+    // -- received ids (EOS-7 (b)) ---------------------------------------------------------
+
+    /// Notes a distinct DATA id delivered from `parent` on `durable` to this replica;
+    /// `false` when it was already noted. The log is loaded once per `(parent, durable)`.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be read or appended to.
+    pub async fn record_received(
+        &self,
+        parent: &str,
+        durable: &str,
+        message_id: &str,
+    ) -> Result<bool, VfError> {
+        let slot = (parent.to_owned(), durable.to_owned());
+        let loaded = self.lock_received().contains_key(&slot);
+        if !loaded {
+            let log = self.received_log(parent, durable, self.inner.replica);
+            let ids = self.read_ids(&log).await?;
+            self.lock_received().entry(slot.clone()).or_insert(ids);
+        }
+        let fresh = self
+            .lock_received()
+            .entry(slot)
+            .or_default()
+            .insert(message_id.to_owned());
+        if fresh {
+            let log = self.received_log(parent, durable, self.inner.replica);
+            self.inner.store.append(&log, message_id.as_bytes()).await?;
+        }
+        Ok(fresh)
+    }
+
+    /// The number of distinct ids delivered from `parent` on `durable`: the union over this
+    /// node's replicas `r0..r{nb_tasks−1}` (competing replicas share a durable; a partitioned
+    /// replica's durable is its own, so only its own log names it).
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be read.
+    pub async fn received_count(&self, parent: &str, durable: &str) -> Result<u64, VfError> {
+        let mut ids: HashSet<String> = HashSet::new();
+        for r in 0..self.inner.nb_tasks {
+            if r == self.inner.replica
+                && let Some(own) = self
+                    .lock_received()
+                    .get(&(parent.to_owned(), durable.to_owned()))
+            {
+                ids.extend(own.iter().cloned());
+                continue;
+            }
+            ids.extend(
+                self.read_ids(&self.received_log(parent, durable, r))
+                    .await?,
+            );
+        }
+        Ok(ids.len() as u64)
+    }
+
+    fn received_log(&self, parent: &str, durable: &str, replica: u32) -> String {
+        self.key(&["received", parent, durable, &format!("r{replica}")])
+    }
+
+    async fn read_ids(&self, log: &str) -> Result<HashSet<String>, VfError> {
+        Ok(self
+            .inner
+            .store
+            .log_entries(log)
+            .await?
+            .into_iter()
+            .map(|r| String::from_utf8_lossy(&r).into_owned())
+            .collect())
+    }
+
+    fn lock_received(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(String, String), HashSet<String>>> {
+        self.inner
+            .received
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    // -- completion (EOS-7 barrier commit) --------------------------------------------------
+
+    /// Commits that `parent` is complete for this replica's partition `{node}/p{replica}`
+    /// under `epoch` (0 without a partition lease), with `final_count` = the sum of its
+    /// terminators' seqs. Rewriting an own commit is harmless.
+    ///
+    /// # Errors
+    /// StaleAuthority (`VF_STALE_AUTHORITY`, exit 4) when a newer epoch already committed
+    /// it; `VF_TRANSIENT` when the store cannot be written.
+    pub async fn commit_completion(
+        &self,
+        parent: &str,
+        epoch: u64,
+        final_count: u64,
+    ) -> Result<(), VfError> {
+        let partition = format!("{}/p{}", self.inner.node, self.inner.replica);
+        let key = self.key(&["completion", parent, &partition]);
+        let mut stale = None;
+        self.update(&key, |doc| {
+            let committed = doc
+                .as_ref()
+                .and_then(|d| d.get("epoch"))
+                .and_then(Json::as_u64);
+            if committed.is_some_and(|c| c > epoch) {
+                stale = committed;
+                return None;
+            }
+            stale = None;
+            Some(object(
+                json!({"at": now(), "epoch": epoch, "final": final_count}),
+            ))
+        })
+        .await?;
+        match stale {
+            Some(newer) => Err(VfError::new(
+                ErrorCode::StaleAuthority,
+                format!(
+                    "{}: completion of {parent} already committed under epoch {newer} of {partition}",
+                    self.inner.node
+                ),
+            )
+            .with_remedy("Stop this replica; a newer owner committed the completion.")
+            .with_context("node", self.inner.node.clone())),
+            None => Ok(()),
+        }
+    }
+
+    // -- published ids (EOS-7 seq) --------------------------------------------------------
+
+    /// Records a DATA publication with a definite outcome in the outbox
+    /// (`outbox/{publication_id}`) and counts its id towards the terminator's seq. Only a
+    /// durable shared ledger writes the record (a process-local one would forget it anyway);
+    /// the count is kept either way.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be written.
+    pub async fn record_published(
+        &self,
+        publication_id: &str,
+        digest: &str,
+        outcome: Accepted,
+        stream_seq: u64,
+    ) -> Result<(), VfError> {
+        if self.inner.durable_shared {
+            let key = self.key(&["outbox", publication_id]);
+            let word = match outcome {
+                Accepted::New => "accepted",
+                Accepted::Duplicate => "duplicate",
+            };
+            let replica = self.inner.replica;
+            self.update(&key, |doc| {
+                let mut doc = doc.unwrap_or_else(|| {
+                    object(json!({
+                        "at": now(),
+                        "digest": digest,
+                        "kind": "data",
+                        "readers": [],
+                        "refs": [],
+                        "replica": replica,
+                    }))
+                });
+                doc.insert("outcome".into(), json!(word));
+                doc.insert("resolved_at".into(), json!(now()));
+                doc.insert("seq".into(), json!(stream_seq));
+                Some(doc)
+            })
+            .await?;
+        }
+        self.lock_published().insert(publication_id.to_owned());
+        Ok(())
+    }
+
+    /// Distinct DATA ids this replica published (stored or deduplicated): the terminator's
+    /// seq (EOS-7).
+    pub fn published_count(&self) -> u64 {
+        self.lock_published().len() as u64
+    }
+
+    async fn load_published(&self) -> Result<(), VfError> {
+        let prefix = self.key(&["outbox", ""]);
+        let mut ids = HashSet::new();
+        for (key, raw, _) in self.inner.store.scan(&prefix).await? {
+            let doc = parse(&raw);
+            let accepted = matches!(
+                doc.get("outcome").and_then(Json::as_str),
+                Some("accepted" | "duplicate")
+            );
+            let data = doc.get("kind").and_then(Json::as_str) == Some("data");
+            let mine = doc.get("replica").and_then(Json::as_u64) == Some(self.inner.replica.into());
+            if accepted && data && mine {
+                ids.insert(key[prefix.len()..].to_owned());
+            }
+        }
+        self.lock_published().extend(ids);
+        Ok(())
+    }
+
+    fn lock_published(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.inner
+            .published
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    // -- sink effect markers (IDEM-1) -------------------------------------------------------
+
+    /// Whether an effect keyed `key` was marked and its retention has not run out.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be read.
+    pub async fn effect_seen(&self, key: &str) -> Result<bool, VfError> {
+        let doc = self
+            .inner
+            .store
+            .get(&self.key(&["effect", key]))
+            .await?
+            .map(|v| parse(&v.value));
+        Ok(doc
+            .and_then(|d| d.get("until").and_then(Json::as_f64))
+            .is_some_and(|until| until > now()))
+    }
+
+    /// Marks an effect as applied for `retention_seconds`; `false` when it already was.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be written.
+    pub async fn mark_effect(&self, key: &str, retention_seconds: f64) -> Result<bool, VfError> {
+        let mut new = false;
+        self.update(&self.key(&["effect", key]), |doc| {
+            let at = now();
+            let live = doc
+                .as_ref()
+                .and_then(|d| d.get("until").and_then(Json::as_f64))
+                .is_some_and(|until| until > at);
+            if live {
+                return None;
+            }
+            new = true;
+            Some(object(json!({"at": at, "until": at + retention_seconds})))
+        })
+        .await?;
+        Ok(new)
+    }
+
+    // -- the CAS loop ---------------------------------------------------------------------
+
+    /// Read-modify-write under compare-and-swap (§11.2): `mutate` gets the current document
+    /// (`None` when absent) and returns the new one, or `None` to leave the key as it is.
+    async fn update(
+        &self,
+        key: &str,
+        mut mutate: impl FnMut(Option<Map<String, Json>>) -> Option<Map<String, Json>>,
+    ) -> Result<(), VfError> {
+        for _ in 0..CAS_ATTEMPTS {
+            let current = self.inner.store.get(key).await?;
+            let doc = current.as_ref().map(|v| parse(&v.value));
+            let Some(updated) = mutate(doc) else {
+                return Ok(());
+            };
+            let bytes = serde_json::to_vec(&Json::Object(updated)).map_err(|e| {
+                VfError::new(ErrorCode::Unknown, format!("ledger record for {key}: {e}"))
+            })?;
+            let expected = current.as_ref().map(|v| v.version.as_str());
+            if self.inner.store.cas(key, expected, &bytes).await? {
+                return Ok(());
+            }
+        }
+        Err(VfError::new(
+            ErrorCode::Transient,
+            format!(
+                "runtime store: {key} kept changing under {CAS_ATTEMPTS} compare-and-swap attempts"
+            ),
+        )
+        .with_remedy(
+            "Another process keeps rewriting this ledger record; check for a duplicate replica.",
+        ))
+    }
+}
+
+/// The `kind` segment of a terminator key.
+fn kind_word(kind: TerminatorKind) -> &'static str {
+    match kind {
+        TerminatorKind::Eos => "eos",
+        TerminatorKind::Abort => "abort",
+    }
+}
+
+fn kind_from_word(word: &str) -> Option<TerminatorKind> {
+    match word {
+        "eos" => Some(TerminatorKind::Eos),
+        "abort" => Some(TerminatorKind::Abort),
+        _ => None,
+    }
+}
+
+/// A stored document; anything unreadable reads as empty (as 1.0.4's `_loads` of a record
+/// it cannot parse would fail — here a damaged record never crashes the worker).
+fn parse(raw: &[u8]) -> Map<String, Json> {
+    match serde_json::from_slice::<Json>(raw) {
+        Ok(Json::Object(m)) => m,
+        _ => Map::new(),
+    }
+}
+
+fn object(v: Json) -> Map<String, Json> {
+    match v {
+        Json::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// Wall-clock epoch seconds (§11.2 `at`).
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// An error record as 1.0.4's `error_from_proto` gives it: `code` and `message` always,
+/// the other fields only when set.
+pub fn error_to_json(e: &WireError) -> Json {
+    let mut m = Map::new();
+    m.insert("code".into(), json!(e.code));
+    m.insert("message".into(), json!(e.message));
+    if let Some(r) = e.remedy.as_deref().filter(|r| !r.is_empty()) {
+        m.insert("remedy".into(), json!(r));
+    }
+    if let Some(d) = e.disposition {
+        m.insert("disposition".into(), json!(d.as_str()));
+    }
+    if let Some(n) = e.node.as_deref().filter(|n| !n.is_empty()) {
+        m.insert("node".into(), json!(n));
+    }
+    if let Some(t) = e.trace_id.as_deref().filter(|t| !t.is_empty()) {
+        m.insert("trace_id".into(), json!(t));
+    }
+    if let Some(n) = e.num_delivered.filter(|n| *n > 0) {
+        m.insert("num_delivered".into(), json!(n));
+    }
+    if !e.context.is_empty() {
+        m.insert("context".into(), json!(e.context));
+    }
+    Json::Object(m)
+}
+
+/// The inverse of [`error_to_json`]; `None` for `null` or a non-object.
+pub fn error_from_json(v: &Json) -> Option<WireError> {
+    let m = v.as_object()?;
+    let text = |k: &str| m.get(k).and_then(Json::as_str).map(str::to_owned);
+    Some(WireError {
+        code: text("code").unwrap_or_default(),
+        message: text("message").unwrap_or_default(),
+        remedy: text("remedy"),
+        disposition: text("disposition").and_then(|d| Disposition::parse(&d)),
+        node: text("node"),
+        trace_id: text("trace_id"),
+        num_delivered: m
+            .get("num_delivered")
+            .and_then(Json::as_u64)
+            .and_then(|n| u32::try_from(n).ok()),
+        context: m
+            .get("context")
+            .and_then(Json::as_object)
+            .map(|c| {
+                c.iter()
+                    .map(|(k, v)| {
+                        (
+                            k.clone(),
+                            v.as_str().map_or_else(|| v.to_string(), str::to_owned),
+                        )
+                    })
+                    .collect::<BTreeMap<_, _>>()
+            })
+            .unwrap_or_default(),
+    })
+}
+
+#[cfg(test)]
+mod tests;

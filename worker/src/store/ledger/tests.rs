@@ -1,0 +1,240 @@
+//! The run ledger over real stores: the file store is durable and shared (STORE-4), so it
+//! exercises every record; the memory store shows what is kept when nothing persists.
+
+use super::*;
+use crate::store::{FileStore, MemoryStore};
+
+fn file_store() -> (RuntimeStore, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("vf-ledger-{}", uuid::Uuid::new_v4().simple()));
+    let store = FileStore::new(&dir).expect("file store");
+    (RuntimeStore::File(store), dir)
+}
+
+async fn ledger(store: &RuntimeStore, replica: u32, nb: u32) -> RunLedger {
+    RunLedger::open(store.clone(), "f", "r", "det", replica, nb)
+        .await
+        .expect("open")
+}
+
+async fn doc(store: &RuntimeStore, key: &str) -> Map<String, Json> {
+    let v = store.get(key).await.expect("get").expect("present");
+    parse(&v.value)
+}
+
+#[tokio::test]
+async fn eos_2_a_terminator_is_written_once_under_its_key() {
+    let (store, dir) = file_store();
+    let l = ledger(&store, 0, 1).await;
+    assert!(l.durable_shared());
+    assert!(
+        l.record_terminator("cam", 1, TerminatorKind::Eos, 40, None)
+            .await
+            .expect("record")
+    );
+    // A duplicate (this process, a restart or a sibling replica) is not new.
+    assert!(
+        !l.record_terminator("cam", 1, TerminatorKind::Eos, 99, None)
+            .await
+            .expect("record")
+    );
+    let d = doc(&store, "vf/f/r/det/terminator/cam/r1/eos").await;
+    assert_eq!(
+        d.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["at", "error", "seq"]
+    );
+    assert_eq!((d["seq"].as_u64(), d["error"].is_null()), (Some(40), true));
+    // Sorted keys, compact separators (1.0.4's json.dumps(sort_keys, separators)).
+    let raw = store
+        .get("vf/f/r/det/terminator/cam/r1/eos")
+        .await
+        .expect("get")
+        .expect("present")
+        .value;
+    let text = String::from_utf8(raw).expect("utf-8");
+    assert!(text.starts_with("{\"at\":") && text.ends_with(",\"error\":null,\"seq\":40}"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn eos_2_abort_records_keep_their_error_and_read_back_in_order() {
+    let (store, dir) = file_store();
+    let l = ledger(&store, 0, 1).await;
+    let mut err = WireError::new("VF_POISON_INPUT", "bad frame");
+    err.remedy = Some("fix it".into());
+    err.disposition = Some(Disposition::Poison);
+    err.context.insert("node".into(), "cam".into());
+    l.record_terminator("cam", 1, TerminatorKind::Abort, 3, Some(&err))
+        .await
+        .expect("record");
+    l.record_terminator("cam", 0, TerminatorKind::Eos, 7, None)
+        .await
+        .expect("record");
+    l.record_terminator("other", 0, TerminatorKind::Eos, 1, None)
+        .await
+        .expect("record");
+    let facts = l.terminators("cam").await.expect("scan");
+    assert_eq!(facts.len(), 2, "only cam's: {facts:?}");
+    assert_eq!(
+        (facts[0].replica, facts[0].kind, facts[0].seq),
+        (0, TerminatorKind::Eos, 7)
+    );
+    assert_eq!(
+        (facts[1].replica, facts[1].kind, facts[1].seq),
+        (1, TerminatorKind::Abort, 3)
+    );
+    assert_eq!(facts[1].error.as_ref(), Some(&err));
+    let d = doc(&store, "vf/f/r/det/terminator/cam/r1/abort").await;
+    assert_eq!(
+        d["error"],
+        json!({"code": "VF_POISON_INPUT", "context": {"node": "cam"}, "disposition": "poison",
+               "message": "bad frame", "remedy": "fix it"})
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn eos_7_received_ids_are_distinct_and_united_over_replicas() {
+    let (store, dir) = file_store();
+    let (a, b) = (ledger(&store, 0, 2).await, ledger(&store, 1, 2).await);
+    assert!(a.record_received("cam", "d", "id-1").await.expect("note"));
+    assert!(!a.record_received("cam", "d", "id-1").await.expect("note"));
+    assert!(a.record_received("cam", "d", "id-2").await.expect("note"));
+    assert!(b.record_received("cam", "d", "id-2").await.expect("note"));
+    assert!(b.record_received("cam", "d", "id-3").await.expect("note"));
+    // Another durable (a partitioned sibling's) is counted apart.
+    assert!(
+        b.record_received("cam", "other", "id-9")
+            .await
+            .expect("note")
+    );
+    assert_eq!(a.received_count("cam", "d").await.expect("count"), 3);
+    assert_eq!(b.received_count("cam", "d").await.expect("count"), 3);
+    assert_eq!(a.received_count("cam", "other").await.expect("count"), 1);
+    // The log is one id per entry under 1.0.4's key.
+    let log = store
+        .log_entries("vf/f/r/det/received/cam/d/r0")
+        .await
+        .expect("log");
+    assert_eq!(log, vec![b"id-1".to_vec(), b"id-2".to_vec()]);
+    // A restarted replica 0 does not append what its log already holds.
+    let again = ledger(&store, 0, 2).await;
+    assert!(
+        !again
+            .record_received("cam", "d", "id-2")
+            .await
+            .expect("note")
+    );
+    assert_eq!(
+        store
+            .log_entries("vf/f/r/det/received/cam/d/r0")
+            .await
+            .expect("log")
+            .len(),
+        2
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn eos_7_published_ids_persist_across_restarts_per_replica() {
+    let (store, dir) = file_store();
+    let l = ledger(&store, 0, 2).await;
+    l.record_published("m1", "abcd", Accepted::New, 5)
+        .await
+        .expect("outbox");
+    l.record_published("m2", "abce", Accepted::Duplicate, 6)
+        .await
+        .expect("outbox");
+    l.record_published("m1", "abcd", Accepted::Duplicate, 5)
+        .await
+        .expect("outbox");
+    assert_eq!(l.published_count(), 2);
+    let d = doc(&store, "vf/f/r/det/outbox/m1").await;
+    assert_eq!(
+        d.keys().map(String::as_str).collect::<Vec<_>>(),
+        [
+            "at",
+            "digest",
+            "kind",
+            "outcome",
+            "readers",
+            "refs",
+            "replica",
+            "resolved_at",
+            "seq"
+        ]
+    );
+    assert_eq!(
+        (d["kind"].as_str(), d["replica"].as_u64(), d["seq"].as_u64()),
+        (Some("data"), Some(0), Some(5))
+    );
+    // Replica 1 publishes its own; a restarted replica 0 reloads only its own.
+    let other = ledger(&store, 1, 2).await;
+    other
+        .record_published("m3", "ffff", Accepted::New, 7)
+        .await
+        .expect("outbox");
+    assert_eq!(ledger(&store, 0, 2).await.published_count(), 2);
+    assert_eq!(ledger(&store, 1, 2).await.published_count(), 1);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn eos_7_a_completion_under_a_newer_epoch_is_stale_authority() {
+    let (store, dir) = file_store();
+    let l = ledger(&store, 1, 2).await;
+    l.commit_completion("cam", 0, 77).await.expect("commit");
+    let d = doc(&store, "vf/f/r/det/completion/cam/det/p1").await;
+    assert_eq!(
+        (d["epoch"].as_u64(), d["final"].as_u64()),
+        (Some(0), Some(77))
+    );
+    l.commit_completion("cam", 3, 77)
+        .await
+        .expect("newer epoch");
+    let e = l.commit_completion("cam", 2, 77).await.expect_err("stale");
+    assert_eq!(e.code, ErrorCode::StaleAuthority);
+    assert!(
+        e.message
+            .contains("already committed under epoch 3 of det/p1"),
+        "{}",
+        e.message
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn idem_1_effect_markers_are_seen_within_their_retention() {
+    let (store, dir) = file_store();
+    let l = ledger(&store, 0, 1).await;
+    assert!(!l.effect_seen("k1").await.expect("read"));
+    assert!(l.mark_effect("k1", 60.0).await.expect("mark"));
+    assert!(l.effect_seen("k1").await.expect("read"));
+    assert!(!l.mark_effect("k1", 60.0).await.expect("mark"));
+    // An expired marker is not seen and may be marked again.
+    assert!(l.mark_effect("k2", -1.0).await.expect("mark"));
+    assert!(!l.effect_seen("k2").await.expect("read"));
+    assert!(l.mark_effect("k2", 60.0).await.expect("mark"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_memory_ledger_counts_but_writes_no_outbox() {
+    let store = RuntimeStore::Memory(MemoryStore::new());
+    let l = ledger(&store, 0, 1).await;
+    assert!(!l.durable_shared());
+    l.record_published("m1", "d", Accepted::New, 1)
+        .await
+        .expect("count");
+    assert_eq!(l.published_count(), 1);
+    assert!(store.scan("vf/").await.expect("scan").is_empty());
+}
+
+#[test]
+fn damaged_records_read_as_empty_and_error_records_round_trip() {
+    assert!(parse(b"not json").is_empty());
+    assert!(parse(b"[1]").is_empty());
+    assert_eq!(error_from_json(&Json::Null), None);
+    let e = WireError::new("VF_UNKNOWN", "");
+    assert_eq!(error_from_json(&error_to_json(&e)), Some(e));
+}
