@@ -116,6 +116,10 @@ async fn run(opts: RunOptions, interrupt: StopFlag) -> Result<i32, VfError> {
         }
     };
     let _redis = start_payload_store(&mut doc)?;
+    // Per-run scratch: termination logs and, unless the Flow names one, the run ledger.
+    let dir = std::env::temp_dir().join(format!("videoflow-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| env_error(e.to_string()))?;
+    default_run_ledger(&mut doc, &dir);
     let flow = compile(&doc).map_err(|d| {
         VfError::new(
             videoflow_core::errors::ErrorCode::Graph,
@@ -139,8 +143,6 @@ async fn run(opts: RunOptions, interrupt: StopFlag) -> Result<i32, VfError> {
         "run directory: {} (workers' working directory; relative paths in params land here)",
         workdir.display()
     );
-    let dir = std::env::temp_dir().join(format!("videoflow-run-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| env_error(e.to_string()))?;
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let mut workers = Vec::new();
     for spec in &flow.nodes {
@@ -181,6 +183,21 @@ async fn run(opts: RunOptions, interrupt: StopFlag) -> Result<i32, VfError> {
             code => code,
         }
     })
+}
+
+/// A Flow without `spec.runtimeStore` runs locally on a `file://` ledger in the run's scratch
+/// directory, as 1.0.4's local engine does: every worker of the run shares it, so end of
+/// stream is decided by the EOS-7 barrier (counted, no quiescence window per hop) and a
+/// restarted worker starts from the recorded terminators.
+fn default_run_ledger(doc: &mut FlowDocument, dir: &std::path::Path) {
+    if doc.spec.runtime_store.is_none() {
+        let url = format!("file://{}", dir.join("ledger").display());
+        eprintln!("run ledger: {url}");
+        doc.spec.runtime_store = Some(videoflow_core::model::StoreRef {
+            url: Some(url),
+            url_from: None,
+        });
+    }
 }
 
 /// Creates the run directory and returns it as an absolute path.
