@@ -18,10 +18,13 @@ use support::FlowHarness;
 
 const N: i64 = 60;
 
-fn ledger_flow(name: &str, sink_extra: &str) -> String {
+/// The file ledger every test but the Redis one uses.
+const FILE_LEDGER: &str = "file://{{DIR}}/ledger";
+
+fn ledger_flow(name: &str, store: &str, sink_extra: &str) -> String {
     batch_flow(
         name,
-        "  runId: r1\n  runtimeStore: {url: \"file://{{DIR}}/ledger\"}\n",
+        &format!("  runId: r1\n  runtimeStore: {{url: \"{store}\"}}\n"),
         &format!(
             r#"  - name: numbers
     kind: producer
@@ -43,10 +46,18 @@ fn ledger_flow(name: &str, sink_extra: &str) -> String {
     )
 }
 
-/// Every `(key, document)` under `prefix` of the run's file ledger.
+/// The run's ledger store: the durable Redis when the harness started one, else the file.
+fn ledger_store(h: &FlowHarness) -> RuntimeStore {
+    let url = h
+        .redis
+        .as_ref()
+        .map_or_else(|| format!("file://{}/ledger", h.dir.display()), |r| r.url());
+    RuntimeStore::open(&url).expect("ledger store")
+}
+
+/// Every `(key, document)` under `prefix` of the run's ledger.
 fn records(h: &FlowHarness, prefix: &str) -> BTreeMap<String, Json> {
-    let store =
-        RuntimeStore::open(&format!("file://{}/ledger", h.dir.display())).expect("ledger store");
+    let store = ledger_store(h);
     h.block_on(store.scan(prefix))
         .expect("scan")
         .into_iter()
@@ -58,8 +69,7 @@ fn records(h: &FlowHarness, prefix: &str) -> BTreeMap<String, Json> {
 }
 
 fn log_ids(h: &FlowHarness, log: &str) -> BTreeSet<String> {
-    let store =
-        RuntimeStore::open(&format!("file://{}/ledger", h.dir.display())).expect("ledger store");
+    let store = ledger_store(h);
     h.block_on(store.log_entries(log))
         .expect("log")
         .into_iter()
@@ -69,7 +79,17 @@ fn log_ids(h: &FlowHarness, log: &str) -> BTreeSet<String> {
 
 #[test]
 fn eos_7_barrier_ends_every_parent_by_count_with_the_records_in_the_ledger() {
-    let mut h = FlowHarness::new(&ledger_flow("ledger", ", idempotent: true"));
+    barrier_flow(FILE_LEDGER);
+}
+
+/// The same on `redis://` (STORE-5/6): `appendonly yes` + `noeviction` reads back durable.
+#[test]
+fn eos_7_barrier_on_a_durable_redis_ledger() {
+    barrier_flow("{{DURABLE_REDIS}}");
+}
+
+fn barrier_flow(store: &str) {
+    let mut h = FlowHarness::new(&ledger_flow("ledger", store, ", idempotent: true"));
     h.start();
     let exits = h.wait_all(Duration::from_secs(120));
     h.assert_all_ok(&exits);
@@ -152,7 +172,7 @@ fn eos_7_barrier_ends_every_parent_by_count_with_the_records_in_the_ledger() {
 
 #[test]
 fn eos_2_a_restarted_consumer_starts_from_the_recorded_terminators() {
-    let mut h = FlowHarness::new(&ledger_flow("restart", ""));
+    let mut h = FlowHarness::new(&ledger_flow("restart", FILE_LEDGER, ""));
     h.start();
     let exits = h.wait_all(Duration::from_secs(120));
     h.assert_all_ok(&exits);
