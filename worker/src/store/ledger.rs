@@ -16,9 +16,12 @@
 //! wall-clock epoch seconds in `at`, every change a read-modify-write CAS on one key retried
 //! [`CAS_ATTEMPTS`] times.
 //!
-//! Not kept (phase 2 or not implemented, see docs/COMPATIBILITY.md): outbox *intents* and
-//! reconciliation, attempt counts (so durables keep `max_deliver = retries + 1`), pending DLQ
-//! handoffs, the terminal log, open join groups and checkpoints.
+//! The settlement side keeps its records here too: attempt counts (STREAM-15's budget when a
+//! durable has `max_deliver = −1`), the terminal log every TERM without a dead letter names
+//! (DELIV-15) and dead letters the broker did not accept (DELIV-8 handoffs).
+//!
+//! Not kept (phase 2, see docs/COMPATIBILITY.md): outbox *intents* and reconciliation, open
+//! join groups and checkpoints.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -41,6 +44,34 @@ pub struct TerminatorFact {
     pub seq: u64,
     /// The ABORT's error record, if any.
     pub error: Option<WireError>,
+}
+
+/// What a terminal record says (DELIV-15; 1.0.4's fields).
+#[derive(Debug, Clone)]
+pub struct TerminalRecord<'a> {
+    /// The delivery's message id (`Nats-Msg-Id`, else `{stream}:{seq}`).
+    pub message_id: &'a str,
+    /// The broker stream sequence.
+    pub stream_seq: u64,
+    /// The broker's delivery count.
+    pub attempt: u64,
+    /// The error code that ended it.
+    pub code: &'a str,
+    /// `sampled-out`, `terminated` or `dlq-publish-failed`.
+    pub reason: &'a str,
+}
+
+/// A dead letter kept for a later attempt (DELIV-8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingHandoff {
+    /// The dead letter's id (`dlq:{flow}:{run}:{node}:{stream_seq}`).
+    pub record_id: String,
+    /// Its headers.
+    pub headers: BTreeMap<String, String>,
+    /// The original delivery's bytes.
+    pub raw: Vec<u8>,
+    /// How many times it was not accepted.
+    pub attempts: u64,
 }
 
 /// A publication's definite outcome, as the outbox records it.
@@ -397,6 +428,171 @@ impl RunLedger {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    // -- attempt counts (STREAM-15) --------------------------------------------------------
+
+    /// One failed attempt of `message_id` under `disposition` (`attempts/{id}`,
+    /// `{"<disposition>": n, …, "at"}`); returns the budgeted count — the sum over
+    /// dispositions other than `worker_fatal`, which never counts (and is not written).
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be read or written.
+    pub async fn record_attempt(
+        &self,
+        message_id: &str,
+        disposition: Disposition,
+    ) -> Result<u64, VfError> {
+        let key = self.key(&["attempts", message_id]);
+        if disposition == Disposition::WorkerFatal {
+            return self.attempts_for(message_id).await;
+        }
+        let mut budgeted = 0;
+        self.update(&key, |doc| {
+            let mut doc = doc.unwrap_or_default();
+            let word = disposition.as_str();
+            let n = doc.get(word).and_then(Json::as_u64).unwrap_or(0) + 1;
+            doc.insert(word.into(), json!(n));
+            doc.insert("at".into(), json!(now()));
+            budgeted = budgeted_attempts(&doc);
+            Some(doc)
+        })
+        .await?;
+        Ok(budgeted)
+    }
+
+    /// Failed attempts of `message_id` that count against its budget.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be read.
+    pub async fn attempts_for(&self, message_id: &str) -> Result<u64, VfError> {
+        let key = self.key(&["attempts", message_id]);
+        Ok(self
+            .inner
+            .store
+            .get(&key)
+            .await?
+            .map_or(0, |v| budgeted_attempts(&parse(&v.value))))
+    }
+
+    // -- the terminal log (DELIV-15) ---------------------------------------------------------
+
+    /// Appends a terminal record — a delivery ended without a dead letter — to `terminal`
+    /// and returns its reference `ledger:{node}/terminal:{position}` (the log length after
+    /// the append), the record a TERM names.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be appended to.
+    pub async fn record_terminal(&self, record: &TerminalRecord<'_>) -> Result<String, VfError> {
+        let doc = json!({
+            "at": now(),
+            "attempt": record.attempt,
+            "code": record.code,
+            "message_id": record.message_id,
+            "reason": record.reason,
+            "stream_seq": record.stream_seq,
+        });
+        let bytes = serde_json::to_vec(&doc)
+            .map_err(|e| VfError::new(ErrorCode::Unknown, format!("terminal record: {e}")))?;
+        let position = self
+            .inner
+            .store
+            .append(&self.key(&["terminal"]), &bytes)
+            .await?;
+        Ok(format!("ledger:{}/terminal:{position}", self.inner.node))
+    }
+
+    /// The terminal log's records, oldest first.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be read.
+    pub async fn terminal_entries(&self) -> Result<Vec<Map<String, Json>>, VfError> {
+        Ok(self
+            .inner
+            .store
+            .log_entries(&self.key(&["terminal"]))
+            .await?
+            .iter()
+            .map(|r| parse(r))
+            .collect())
+    }
+
+    // -- pending dead-letter handoffs (DELIV-8) ------------------------------------------------
+
+    /// A dead letter the broker did not accept (`handoff/{record id}`): kept so a later
+    /// attempt — or a replacement process at start — re-publishes it under the same id.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be written.
+    pub async fn record_pending_handoff(
+        &self,
+        record_id: &str,
+        headers: &BTreeMap<String, String>,
+        raw: &[u8],
+    ) -> Result<(), VfError> {
+        let key = self.key(&["handoff", record_id]);
+        self.update(&key, |doc| {
+            let attempts = doc
+                .as_ref()
+                .and_then(|d| d.get("attempts"))
+                .and_then(Json::as_u64)
+                .unwrap_or(0);
+            Some(object(json!({
+                "at": now(),
+                "attempts": attempts + 1,
+                "headers": headers,
+                "raw": hex::encode(raw),
+            })))
+        })
+        .await
+    }
+
+    /// Every pending handoff: `(record id, headers, raw bytes, attempts)`.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be scanned.
+    pub async fn pending_handoffs(&self) -> Result<Vec<PendingHandoff>, VfError> {
+        let prefix = self.key(&["handoff", ""]);
+        Ok(self
+            .inner
+            .store
+            .scan(&prefix)
+            .await?
+            .into_iter()
+            .map(|(key, raw, _)| {
+                let doc = parse(&raw);
+                PendingHandoff {
+                    record_id: key[prefix.len()..].to_owned(),
+                    headers: doc
+                        .get("headers")
+                        .and_then(Json::as_object)
+                        .map(|h| {
+                            h.iter()
+                                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    raw: doc
+                        .get("raw")
+                        .and_then(Json::as_str)
+                        .and_then(|h| hex::decode(h).ok())
+                        .unwrap_or_default(),
+                    attempts: doc.get("attempts").and_then(Json::as_u64).unwrap_or(0),
+                }
+            })
+            .collect())
+    }
+
+    /// Forgets a handoff once its dead letter was accepted.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be written.
+    pub async fn clear_pending_handoff(&self, record_id: &str) -> Result<(), VfError> {
+        let key = self.key(&["handoff", record_id]);
+        if let Some(v) = self.inner.store.get(&key).await? {
+            self.inner.store.delete(&key, Some(&v.version)).await?;
+        }
+        Ok(())
+    }
+
     // -- sink effect markers (IDEM-1) -------------------------------------------------------
 
     /// Whether an effect keyed `key` was marked and its retention has not run out.
@@ -470,6 +666,14 @@ impl RunLedger {
             "Another process keeps rewriting this ledger record; check for a duplicate replica.",
         ))
     }
+}
+
+/// STREAM-15: the sum of an attempts document's counts, `at` and `worker_fatal` excluded.
+fn budgeted_attempts(doc: &Map<String, Json>) -> u64 {
+    doc.iter()
+        .filter(|(k, _)| k.as_str() != "at" && k.as_str() != Disposition::WorkerFatal.as_str())
+        .filter_map(|(_, v)| v.as_u64())
+        .sum()
 }
 
 /// The `kind` segment of a terminator key.

@@ -238,3 +238,111 @@ fn damaged_records_read_as_empty_and_error_records_round_trip() {
     let e = WireError::new("VF_UNKNOWN", "");
     assert_eq!(error_from_json(&error_to_json(&e)), Some(e));
 }
+
+#[tokio::test]
+async fn stream_15_attempts_count_every_disposition_but_worker_fatal() {
+    let (store, dir) = file_store();
+    let l = ledger(&store, 0, 1).await;
+    assert_eq!(
+        l.record_attempt("m", Disposition::Transient)
+            .await
+            .expect("count"),
+        1
+    );
+    assert_eq!(
+        l.record_attempt("m", Disposition::WorkerFatal)
+            .await
+            .expect("count"),
+        1
+    );
+    assert_eq!(
+        l.record_attempt("m", Disposition::Poison)
+            .await
+            .expect("count"),
+        2
+    );
+    assert_eq!(
+        l.record_attempt("m", Disposition::Transient)
+            .await
+            .expect("count"),
+        3
+    );
+    assert_eq!(l.attempts_for("m").await.expect("read"), 3);
+    assert_eq!(l.attempts_for("other").await.expect("read"), 0);
+    let d = doc(&store, "vf/f/r/det/attempts/m").await;
+    assert_eq!(
+        d.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["at", "poison", "transient"],
+        "worker_fatal is never written"
+    );
+    assert_eq!(
+        (d["transient"].as_u64(), d["poison"].as_u64()),
+        (Some(2), Some(1))
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn deliv_15_terminal_records_are_appended_and_named_by_position() {
+    let store = RuntimeStore::Memory(MemoryStore::new());
+    let l = ledger(&store, 0, 1).await;
+    let rec = |seq| TerminalRecord {
+        message_id: "m1",
+        stream_seq: seq,
+        attempt: 2,
+        code: "VF_POISON",
+        reason: "sampled-out",
+    };
+    assert_eq!(
+        l.record_terminal(&rec(7)).await.expect("append"),
+        "ledger:det/terminal:1"
+    );
+    assert_eq!(
+        l.record_terminal(&rec(8)).await.expect("append"),
+        "ledger:det/terminal:2"
+    );
+    let entries = l.terminal_entries().await.expect("read");
+    assert_eq!(entries.len(), 2);
+    assert_eq!(
+        entries[0].keys().map(String::as_str).collect::<Vec<_>>(),
+        [
+            "at",
+            "attempt",
+            "code",
+            "message_id",
+            "reason",
+            "stream_seq"
+        ]
+    );
+    assert_eq!(entries[1]["stream_seq"].as_u64(), Some(8));
+}
+
+#[tokio::test]
+async fn deliv_8_pending_handoffs_survive_and_clear() {
+    let (store, dir) = file_store();
+    let l = ledger(&store, 0, 1).await;
+    let headers: BTreeMap<String, String> = [("VF-Code".to_owned(), "VF_POISON".to_owned())].into();
+    l.record_pending_handoff("dlq:f:r:det:9", &headers, b"\x00raw")
+        .await
+        .expect("record");
+    l.record_pending_handoff("dlq:f:r:det:9", &headers, b"\x00raw")
+        .await
+        .expect("record");
+    let again = ledger(&store, 0, 1).await;
+    let pending = again.pending_handoffs().await.expect("scan");
+    assert_eq!(
+        pending,
+        vec![PendingHandoff {
+            record_id: "dlq:f:r:det:9".into(),
+            headers: headers.clone(),
+            raw: b"\x00raw".to_vec(),
+            attempts: 2,
+        }]
+    );
+    again
+        .clear_pending_handoff("dlq:f:r:det:9")
+        .await
+        .expect("clear");
+    assert!(again.pending_handoffs().await.expect("scan").is_empty());
+    let _ = std::fs::remove_dir_all(dir);
+}
