@@ -190,6 +190,69 @@ class Serve(unittest.TestCase):
             self.assertFalse(results[0].HasField("error"), results[0].error.message)
         self.assertEqual(seen, [None, ("strict", None)])
 
+    def test_pipelined_requests_are_answered_in_order_and_batched(self):
+        """A worker that writes every request before reading any (max_in_flight > 1) gets
+        every answer, in request order, and the Hello announces more than one in flight."""
+
+        class Twice(vf.Processor):
+            def process(self, x):
+                return 2 * x
+
+        worker, comp = socket.socketpair()
+        t = threading.Thread(target=vf.serve, args=(Twice, comp, "t"))
+        t.start()
+        hello = p.read_frame(worker, p.ComponentMessage)
+        self.assertGreater(hello.hello.max_in_flight, 1)
+        n = 50
+        frames = [p.frame_bytes(request(1, open=self.open_request({})))]
+        frames += [
+            p.frame_bytes(request(2 + i, process=self.process_request(i, seq=i)))
+            for i in range(n)
+        ]
+        frames.append(p.frame_bytes(request(2 + n, close=p.WorkerMessage().close)))
+        worker.sendall(b"".join(frames))  # one write: the component reads them batched
+        results = [p.read_frame(worker, p.ComponentMessage).result for _ in range(n + 2)]
+        t.join(5)
+        worker.close()
+        comp.close()
+        self.assertEqual([r.request_id for r in results], list(range(1, n + 3)))
+        outs = [
+            vf.decode_payload(r.output.payload.payload_type, r.output.payload.data)
+            for r in results[1:-1]
+        ]
+        self.assertEqual(outs, [2 * i for i in range(n)])
+
+    def test_max_in_flight_can_be_lowered_to_one(self):
+        worker, comp = socket.socketpair()
+        t = threading.Thread(
+            target=vf.serve, args=(vf.Processor, comp, "t"), kwargs={"max_in_flight": 1}
+        )
+        t.start()
+        hello = p.read_frame(worker, p.ComponentMessage)
+        self.assertEqual(hello.hello.max_in_flight, 1)
+        worker.close()
+        t.join(5)
+        comp.close()
+
+    def test_a_frame_cut_by_the_worker_ends_the_component(self):
+        worker, comp = socket.socketpair()
+        box = {}
+
+        def run():
+            try:
+                vf.serve(vf.Processor, comp, "t")
+            except EOFError as e:
+                box["error"] = e
+
+        t = threading.Thread(target=run)
+        t.start()
+        p.read_frame(worker, p.ComponentMessage)
+        worker.sendall(p.frame_bytes(request(1, open=self.open_request({})))[:-1])
+        worker.close()
+        t.join(5)
+        comp.close()
+        self.assertIn("error", box)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -10,6 +10,7 @@ every broker duty. Depends only on ``protobuf``; numpy is optional.
 from ._protocol import Detections, Frame, Tensor, Tracks
 from .component import (
     END,
+    MAX_IN_FLIGHT,
     ComponentError,
     Consumer,
     Context,
@@ -38,6 +39,7 @@ from .payloads import (
 
 __all__ = [
     "END",
+    "MAX_IN_FLIGHT",
     "ComponentError",
     "Consumer",
     "Context",

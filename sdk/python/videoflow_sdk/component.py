@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import traceback
 
 from . import _protocol as p
@@ -23,6 +24,19 @@ __version__ = "0.1.0"
 
 #: Return this from ``Producer.next`` (or raise ``StopIteration``) at the end of input.
 END = object()
+
+#: What :func:`serve` announces as ``Hello.max_in_flight`` by default: how many requests the
+#: worker may keep outstanding. The component still computes one at a time (one thread); what
+#: overlaps is everything around it — the worker encodes and writes the next requests and
+#: publishes the previous outputs while this process computes, and this process reads every
+#: queued request with one ``recv`` and answers several with one ``send``.
+MAX_IN_FLIGHT = 8
+
+#: Answers computed back to back are sent together (up to half of ``max_in_flight`` per
+#: send), but none waits longer than about this for company (seconds), and a request that
+#: took longer than this to compute is answered at once: a slow ``process`` answers each
+#: input as soon as it is done.
+_FLUSH_AFTER = 0.0005
 
 
 class ComponentError(Exception):
@@ -282,12 +296,17 @@ def _visible_devices():
     return []
 
 
-def serve(node_class, sock, name=None):
+def serve(node_class, sock, name=None, max_in_flight=None):
     """Speaks the protocol on a connected socket until Close or the worker goes away.
 
     ``node_class(**params)`` builds the node at Open (runtime flags such as ``idempotent``
-    are dropped unless the class takes them). Returns the process exit status.
+    are dropped unless the class takes them). ``max_in_flight`` is announced in Hello
+    (default :data:`MAX_IN_FLIGHT`, or ``VF_COMPONENT_MAX_IN_FLIGHT``; 1 asks the worker for
+    one request at a time). Requests are answered in the order they arrive. Returns the
+    process exit status.
     """
+    if max_in_flight is None:
+        max_in_flight = int(os.environ.get("VF_COMPONENT_MAX_IN_FLIGHT") or MAX_IN_FLIGHT)
     hello = p.ComponentMessage()
     h = hello.hello
     h.protocol_versions.extend(p.PROTOCOL_VERSIONS)
@@ -295,56 +314,95 @@ def serve(node_class, sock, name=None):
     h.visible_devices.extend(_visible_devices())
     h.sdk = "videoflow-sdk-python/" + __version__
     h.component = name or getattr(node_class, "__name__", "component")
-    h.max_in_flight = 1
+    h.max_in_flight = max(1, int(max_in_flight))
     p.write_frame(sock, hello)
-    node = None
-    ctx = Context()
+    reader = p.FrameReader(sock)
+    # Half a window of answers per send: the worker refills the other half meanwhile.
+    flush_count = max(1, h.max_in_flight // 2)
+    unsent = []  # answers computed and not sent yet
+    unsent_since = 0.0
+    state = _State()
     while True:
-        msg = p.read_frame(sock, p.WorkerMessage)
+        msg = reader.next_buffered(p.WorkerMessage)
         if msg is None:
-            return 0  # the worker went away: nothing left to do
-        which = msg.WhichOneof("body")
-        reply = p.ComponentMessage()
-        result = reply.result
-        result.request_id = msg.request_id
-        try:
-            if which == "open":
-                ctx = Context(msg.open.node)
-                params = json.loads(msg.open.params_json or "{}")
-                node = _construct(node_class, params)
-                node.ctx = ctx
-                node.open()
-            elif which == "next":
-                try:
-                    item = node.next()
-                except StopIteration:
-                    item = END
-                if item is END:
-                    result.end_of_input = True
-                else:
-                    _fill_output(result, ctx, item)
-            elif which == "process":
-                ctx.input_key = msg.process.input_key
-                inputs = _inputs(ctx, msg.process.inputs)
-                _fill_output(result, ctx, node.process(*inputs))
-            elif which == "consume":
-                ctx.input_key = msg.consume.input_key
-                inputs = _inputs(ctx, msg.consume.inputs)
-                node.consume(*inputs)
-            elif which == "close":
-                if node is not None:
-                    node.close()
-            else:
-                raise ComponentError(
-                    "unknown request %r" % which, code="VF_NODE_CONTRACT"
-                )
-        except Exception as exc:  # every failure is answered, never fatal here
-            result.ClearField("output")
-            result.end_of_input = False
-            _fill_error(result, exc)
-        p.write_frame(sock, reply)
+            # Nothing more to compute now: answer before waiting for more.
+            if unsent:
+                sock.sendall(b"".join(unsent))
+                del unsent[:]
+            if not reader.fill():
+                return 0  # the worker went away: nothing left to do
+            continue
+        started = time.perf_counter()
+        which, reply = _handle(state, node_class, msg)
+        done = time.perf_counter()
+        if not unsent:
+            unsent_since = done
+        unsent.append(p.frame_bytes(reply))
         if which == "close":
+            sock.sendall(b"".join(unsent))
             return 0
+        # Hold an answer for company only while requests compute fast (the next one is
+        # likely fast too): a slow node answers every input as soon as it is done.
+        if (
+            len(unsent) >= flush_count
+            or done - started >= _FLUSH_AFTER
+            or done - unsent_since >= _FLUSH_AFTER
+        ):
+            sock.sendall(b"".join(unsent))
+            del unsent[:]
+
+
+class _State(object):
+    """The node and its context across requests."""
+
+    __slots__ = ("node", "ctx")
+
+    def __init__(self):
+        self.node = None
+        self.ctx = Context()
+
+
+def _handle(state, node_class, msg):
+    """One request's answer; every failure is answered, never fatal here."""
+    which = msg.WhichOneof("body")
+    reply = p.ComponentMessage()
+    result = reply.result
+    result.request_id = msg.request_id
+    ctx = state.ctx
+    try:
+        if which == "process":
+            ctx.input_key = msg.process.input_key
+            inputs = _inputs(ctx, msg.process.inputs)
+            _fill_output(result, ctx, state.node.process(*inputs))
+        elif which == "consume":
+            ctx.input_key = msg.consume.input_key
+            inputs = _inputs(ctx, msg.consume.inputs)
+            state.node.consume(*inputs)
+        elif which == "next":
+            try:
+                item = state.node.next()
+            except StopIteration:
+                item = END
+            if item is END:
+                result.end_of_input = True
+            else:
+                _fill_output(result, ctx, item)
+        elif which == "open":
+            state.ctx = ctx = Context(msg.open.node)
+            params = json.loads(msg.open.params_json or "{}")
+            state.node = _construct(node_class, params)
+            state.node.ctx = ctx
+            state.node.open()
+        elif which == "close":
+            if state.node is not None:
+                state.node.close()
+        else:
+            raise ComponentError("unknown request %r" % which, code="VF_NODE_CONTRACT")
+    except Exception as exc:  # every failure is answered, never fatal here
+        result.ClearField("output")
+        result.end_of_input = False
+        _fill_error(result, exc)
+    return which, reply
 
 
 def run(node_class, name=None):

@@ -76,6 +76,99 @@ pub fn read_frame<R: Read, M: Message + Default>(r: &mut R) -> Result<Option<M>,
     Ok(Some(M::decode(body.as_slice())?))
 }
 
+/// Buffered, incremental reading of frames: one `read` may bring several frames (a
+/// pipelining component answers several requests back to back), and a frame may arrive in
+/// pieces. Why not [`read_frame`] on the socket: it costs two reads per frame and cannot
+/// stop between a header and its body, which the host needs when it drains answers while a
+/// request is still being written.
+#[derive(Debug)]
+pub struct FrameReader {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+/// The read buffer's resting size; a larger frame grows it for as long as it is needed.
+const READ_CHUNK: usize = 64 * 1024;
+
+impl Default for FrameReader {
+    fn default() -> Self {
+        FrameReader {
+            buf: vec![0; READ_CHUNK],
+            start: 0,
+            end: 0,
+        }
+    }
+}
+
+impl FrameReader {
+    /// The next complete frame already buffered, decoded; `Ok(None)` when more bytes are
+    /// needed.
+    pub fn next_frame<M: Message + Default>(&mut self) -> Result<Option<M>, FrameError> {
+        let Some(len) = self.buffered_len()? else {
+            return Ok(None);
+        };
+        if self.end - self.start < 4 + len {
+            return Ok(None);
+        }
+        let body = &self.buf[self.start + 4..self.start + 4 + len];
+        let msg = M::decode(body);
+        self.start += 4 + len;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            if self.buf.len() > 4 * READ_CHUNK {
+                // A large frame grew the buffer: give the memory back once it is consumed.
+                self.buf = vec![0; READ_CHUNK];
+            }
+        }
+        Ok(Some(msg?))
+    }
+
+    /// Whether part of a frame is buffered (a peer that closes now closed mid-frame).
+    pub fn has_partial(&self) -> bool {
+        self.end > self.start
+    }
+
+    /// The length announced by the buffered header, when the header is complete.
+    fn buffered_len(&self) -> Result<Option<usize>, FrameError> {
+        if self.end - self.start < 4 {
+            return Ok(None);
+        }
+        let mut header = [0u8; 4];
+        header.copy_from_slice(&self.buf[self.start..self.start + 4]);
+        let len = u32::from_be_bytes(header);
+        if len > MAX_FRAME_BYTES {
+            return Err(FrameError::TooLarge(len));
+        }
+        Ok(Some(len as usize))
+    }
+
+    /// One `read` into the free room, made large enough for the frame being received.
+    /// Returns the bytes read (0: the peer closed the connection); the reader's own errors
+    /// (timeouts, `WouldBlock`) pass through.
+    pub fn fill<R: Read>(&mut self, r: &mut R) -> Result<usize, FrameError> {
+        let need = match self.buffered_len()? {
+            Some(len) => 4 + len,
+            None => 4,
+        };
+        if self.start > 0 && (self.buf.len() - self.start < need || self.end == self.buf.len()) {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.buf.len() - self.start < need {
+            self.buf.resize(self.start + need, 0);
+        }
+        if self.end == self.buf.len() {
+            self.buf.resize(self.buf.len() + READ_CHUNK, 0);
+        }
+        let n = r.read(&mut self.buf[self.end..])?;
+        self.end += n;
+        Ok(n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +219,61 @@ mod tests {
                 .expect("eof")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn the_reader_takes_frames_in_any_slicing() {
+        let msgs: Vec<WorkerMessage> = (1..=5)
+            .map(|i| WorkerMessage {
+                request_id: i,
+                body: Some(worker_message::Body::Next(Default::default())),
+            })
+            .collect();
+        let mut wire = Vec::new();
+        for m in &msgs {
+            write_frame(&mut wire, m).expect("writes");
+        }
+        // A frame larger than the resting buffer, too.
+        let big = ComponentMessage {
+            body: Some(component_message::Body::Hello(Hello {
+                sdk: "x".repeat(200_000),
+                ..Hello::default()
+            })),
+        };
+        write_frame(&mut wire, &big).expect("writes");
+        for piece in [1usize, 3, 7, 4096, usize::MAX] {
+            let mut reader = FrameReader::default();
+            let mut src = wire.chunks(piece.min(wire.len()));
+            let mut got = Vec::new();
+            let mut big_back = None;
+            loop {
+                if got.len() < msgs.len() {
+                    if let Some(m) = reader.next_frame::<WorkerMessage>().expect("decodes") {
+                        got.push(m);
+                        continue;
+                    }
+                } else if let Some(m) = reader.next_frame::<ComponentMessage>().expect("decodes") {
+                    big_back = Some(m);
+                    break;
+                }
+                let Some(chunk) = src.next() else { break };
+                let mut c = chunk;
+                while !c.is_empty() {
+                    let n = reader.fill(&mut c).expect("fills");
+                    assert!(n > 0);
+                }
+            }
+            assert_eq!(got, msgs, "piece {piece}");
+            assert_eq!(big_back.as_ref(), Some(&big), "piece {piece}");
+            assert!(!reader.has_partial());
+        }
+        let mut reader = FrameReader::default();
+        let huge = (MAX_FRAME_BYTES + 1).to_be_bytes();
+        reader.fill(&mut huge.as_slice()).expect("fills");
+        assert!(matches!(
+            reader.next_frame::<WorkerMessage>(),
+            Err(FrameError::TooLarge(_))
+        ));
     }
 
     #[test]

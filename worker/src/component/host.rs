@@ -2,9 +2,20 @@
 //! socket, and supervises every call (start-up timeout, per-call deadline, crash detection).
 //!
 //! Why synchronous I/O on a blocking socket: the runtime already calls node methods on a
-//! thread that may block (`block_in_place`), one group at a time, so a call is "write one
-//! frame, read one frame" with the socket's read timeout as the deadline — no second runtime,
-//! no task hand-off on the per-message path.
+//! thread that may block (`block_in_place`), so a call is "write one frame, read until its
+//! answer" — no second runtime, no task hand-off on the per-message path.
+//!
+//! **Pipelining.** The host keeps up to [`ComponentHost::max_in_flight`] requests outstanding
+//! (the component's `Hello.max_in_flight`, capped at [`HOST_MAX_IN_FLIGHT`]): [`send`] writes
+//! a request and returns its id, [`wait`] reads answers — in whatever order the component
+//! sends them, each matched to its outstanding request by id — until the one asked for is
+//! in. Answers are read through a [`FrameReader`], so one `read` takes in every answer that
+//! is ready. Writes time out in short slices: when the component is not reading (it is busy
+//! writing answers into a full socket), the host takes in those answers before it writes on,
+//! so neither side can wait for the other with both socket buffers full.
+//!
+//! [`send`]: ComponentHost::send
+//! [`wait`]: ComponentHost::wait
 //!
 //! Failure classes (how the runtime's ladder handles them):
 //! - the program cannot be started (not found, not executable) — `VF_CONFIG`, exit 2: a
@@ -18,7 +29,8 @@
 //!
 //! Every failure is sticky: once the component is gone, every later call fails the same way.
 
-use std::io;
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Write as _};
 use std::os::unix::fs::DirBuilderExt as _;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
@@ -27,13 +39,14 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use prost::Message as _;
 use videoflow_core::component::negotiate;
 use videoflow_core::component::proto::{
     ComponentMessage, Hello, Result as CallResult, WorkerMessage, component_message, worker_message,
 };
 use videoflow_core::errors::{ErrorCode, VfError};
 
-use super::frame::{FrameError, read_frame, write_frame};
+use super::frame::{FrameError, FrameReader, MAX_FRAME_BYTES, read_frame};
 
 /// The variable naming the socket the component connects to.
 pub const SOCKET_VAR: &str = "VF_COMPONENT_SOCKET";
@@ -45,6 +58,15 @@ pub const CALL_TIMEOUT_VAR: &str = "VF_COMPONENT_CALL_TIMEOUT_SECONDS";
 /// How long the host waits for a component that was told to close, or that broke, to exit
 /// before killing it.
 const EXIT_GRACE: Duration = Duration::from_secs(5);
+
+/// The most requests the host keeps outstanding to one component, whatever its Hello says:
+/// more would only queue inside the component (its inputs unacked, holding the broker's
+/// credit) without overlapping anything more.
+pub const HOST_MAX_IN_FLIGHT: usize = 16;
+
+/// How long one blocked write waits before the host takes in the component's answers (a
+/// component busy writing answers into a full socket is not reading requests).
+const WRITE_SLICE: Duration = Duration::from_millis(2);
 
 /// The host's deadlines.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -107,6 +129,24 @@ pub struct ComponentHost {
     next_id: u64,
     opts: HostOptions,
     failed: Option<VfError>,
+    /// Requests written and not answered yet, oldest first.
+    outstanding: VecDeque<Outstanding>,
+    /// Answers read before their caller asked for them, by request id.
+    arrived: HashMap<u64, CallResult>,
+    reader: FrameReader,
+    /// One request's frame, reused.
+    write_buf: Vec<u8>,
+    max_in_flight: usize,
+}
+
+/// A request on its way through the component.
+#[derive(Debug, Clone, Copy)]
+struct Outstanding {
+    id: u64,
+    what: &'static str,
+    /// When it was written; `None` waits forever.
+    deadline: Option<Instant>,
+    timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for ComponentHost {
@@ -188,6 +228,24 @@ impl ComponentHost {
             )
             .with_remedy("Use an SDK release that speaks the worker's protocol version, or a worker image that speaks the SDK's."));
         };
+        // Reads wake up at least this often to check the deadlines of what is outstanding;
+        // writes give up a slice at a time to take in answers (see the module doc).
+        let tick = opts.call_timeout.map_or(Duration::from_secs(1), |t| {
+            (t / 8).clamp(Duration::from_millis(1), Duration::from_secs(1))
+        });
+        if let Err(e) = stream
+            .set_read_timeout(Some(tick))
+            .and_then(|()| stream.set_write_timeout(Some(WRITE_SLICE)))
+        {
+            partial.kill();
+            return Err(VfError::new(
+                ErrorCode::WorkerFatal,
+                format!("component socket: {e}"),
+            ));
+        }
+        let max_in_flight = usize::try_from(hello.max_in_flight)
+            .unwrap_or(usize::MAX)
+            .clamp(1, HOST_MAX_IN_FLIGHT);
         tracing::info!(
             pid = hello.pid,
             sdk = %hello.sdk,
@@ -195,6 +253,7 @@ impl ComponentHost {
             devices = %hello.visible_devices.join(","),
             version,
             max_in_flight = hello.max_in_flight,
+            pipelined = max_in_flight,
             "component connected"
         );
         Ok(ComponentHost {
@@ -207,7 +266,23 @@ impl ComponentHost {
             next_id: 1,
             opts,
             failed: None,
+            outstanding: VecDeque::new(),
+            arrived: HashMap::new(),
+            reader: FrameReader::default(),
+            write_buf: Vec::new(),
+            max_in_flight,
         })
+    }
+
+    /// How many requests this host keeps outstanding at most: the component's
+    /// `Hello.max_in_flight` (0 counts as 1), capped at [`HOST_MAX_IN_FLIGHT`].
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight
+    }
+
+    /// Requests sent and not taken back with [`ComponentHost::wait`] yet.
+    pub fn in_flight(&self) -> usize {
+        self.outstanding.len() + self.arrived.len()
     }
 
     /// The component's Hello.
@@ -227,18 +302,39 @@ impl ComponentHost {
 
     /// Sends one request and waits for its result (per-call deadline). `what` names the call
     /// in errors (`open`, `process`, …).
-    pub fn call(&mut self, body: worker_message::Body, what: &str) -> Result<CallResult, VfError> {
-        self.call_with(body, what, self.opts.call_timeout)
-    }
-
-    fn call_with(
+    pub fn call(
         &mut self,
         body: worker_message::Body,
-        what: &str,
-        timeout: Option<Duration>,
+        what: &'static str,
     ) -> Result<CallResult, VfError> {
+        let id = self.send(body, what)?;
+        self.wait(id)
+    }
+
+    /// Writes one request without waiting for its answer and returns its id; at most
+    /// [`ComponentHost::max_in_flight`] may be outstanding (more is the caller's bug, refused
+    /// before anything is written). The call's deadline counts from now.
+    pub fn send(&mut self, body: worker_message::Body, what: &'static str) -> Result<u64, VfError> {
+        self.send_with(body, what, self.opts.call_timeout)
+    }
+
+    fn send_with(
+        &mut self,
+        body: worker_message::Body,
+        what: &'static str,
+        timeout: Option<Duration>,
+    ) -> Result<u64, VfError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
+        }
+        if self.in_flight() >= self.max_in_flight && what != "close" {
+            return Err(VfError::new(
+                ErrorCode::Unknown,
+                format!(
+                    "internal: a {what} request would exceed the {} outstanding the component '{}' accepts",
+                    self.max_in_flight, self.program
+                ),
+            ));
         }
         let id = self.next_id;
         self.next_id += 1;
@@ -246,30 +342,213 @@ impl ComponentHost {
             request_id: id,
             body: Some(body),
         };
-        if let Err(e) = write_frame(&mut self.stream, &msg) {
-            return Err(self.broken(&format!("could not be sent {what} request {id} ({e})")));
+        let mut buf = std::mem::take(&mut self.write_buf);
+        buf.clear();
+        let len = msg.encoded_len();
+        if u32::try_from(len).map_or(true, |n| n > MAX_FRAME_BYTES) {
+            self.write_buf = buf;
+            return Err(VfError::new(
+                ErrorCode::Poison,
+                format!(
+                    "the {what} request is {len} bytes, over the component protocol's {MAX_FRAME_BYTES}-byte frame limit"
+                ),
+            ));
         }
-        if let Err(e) = self.stream.set_read_timeout(timeout) {
-            return Err(self.broken(&format!("socket error before {what} ({e})")));
+        buf.reserve(4 + len);
+        buf.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
+        let encoded = msg.encode(&mut buf);
+        let request = Outstanding {
+            id,
+            what,
+            deadline: timeout.map(|t| Instant::now() + t),
+            timeout,
+        };
+        self.outstanding.push_back(request);
+        let written = match encoded {
+            Ok(()) => self.write_all(&buf, request),
+            Err(e) => Err(self.violated(&format!("could not be sent {what} ({e})"))),
+        };
+        if buf.capacity() <= 1 << 20 {
+            self.write_buf = buf; // keep the allocation, not a large frame's
         }
-        match read_frame::<_, ComponentMessage>(&mut self.stream) {
-            Ok(Some(ComponentMessage {
-                body: Some(component_message::Body::Result(r)),
-            })) if r.request_id == id => Ok(r),
-            Ok(Some(ComponentMessage {
-                body: Some(component_message::Body::Result(r)),
-            })) => Err(self.violated(&format!(
-                "answered request {} while request {id} ({what}) was the only one outstanding",
-                r.request_id
-            ))),
-            Ok(Some(_)) => Err(self.violated(&format!(
-                "sent something other than a Result for request {id} ({what})"
-            ))),
-            Ok(None) => Err(self.broken(&format!("closed the connection during {what}"))),
-            Err(e) if e.is_timeout() => Err(self.hung(what, timeout)),
-            Err(FrameError::Io(e)) => Err(self.broken(&format!("failed during {what} ({e})"))),
-            Err(e) => Err(self.violated(&format!("sent a bad frame for {what}: {e}"))),
+        written.map(|()| id)
+    }
+
+    /// Writes one frame; while the component does not take it, takes in its answers.
+    fn write_all(&mut self, buf: &[u8], request: Outstanding) -> Result<(), VfError> {
+        let mut off = 0;
+        while off < buf.len() {
+            match (&self.stream).write(&buf[off..]) {
+                Ok(0) => {
+                    return Err(self.broken(&format!(
+                        "could not be sent {} request {}",
+                        request.what, request.id
+                    )));
+                }
+                Ok(n) => off += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if is_timeout(&e) => {
+                    self.take_in_ready()?;
+                    if request.deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(self.hung(request.what, request.timeout));
+                    }
+                }
+                Err(e) => {
+                    return Err(self.broken(&format!(
+                        "could not be sent {} request {} ({e})",
+                        request.what, request.id
+                    )));
+                }
+            }
         }
+        Ok(())
+    }
+
+    /// Takes in every answer the socket holds now, without waiting.
+    fn take_in_ready(&mut self) -> Result<(), VfError> {
+        if let Err(e) = self.stream.set_nonblocking(true) {
+            return Err(self.broken(&format!("socket error ({e})")));
+        }
+        let result = loop {
+            match self.reader.fill(&mut &self.stream) {
+                Ok(0) => break Err(self.closed()),
+                Ok(_) => {
+                    if let Err(e) = self.accept_buffered(None) {
+                        break Err(e);
+                    }
+                }
+                Err(e) if e.is_timeout() => break Ok(()),
+                Err(FrameError::Io(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(FrameError::Io(e)) => {
+                    break Err(
+                        self.broken(&format!("failed while requests were outstanding ({e})"))
+                    );
+                }
+                Err(e) => break Err(self.violated(&format!("sent a bad frame: {e}"))),
+            }
+        };
+        if result.is_ok()
+            && let Err(e) = self.stream.set_nonblocking(false)
+        {
+            return Err(self.broken(&format!("socket error ({e})")));
+        }
+        result
+    }
+
+    /// Waits for the answer to request `id` (sent by [`ComponentHost::send`]), taking in the
+    /// answers to other outstanding requests as they come. Fails when any outstanding
+    /// request misses its deadline.
+    pub fn wait(&mut self, id: u64) -> Result<CallResult, VfError> {
+        loop {
+            if let Some(r) = self.arrived.remove(&id) {
+                return Ok(r);
+            }
+            if let Some(e) = &self.failed {
+                return Err(e.clone());
+            }
+            if !self.outstanding.iter().any(|o| o.id == id) {
+                return Err(VfError::new(
+                    ErrorCode::Unknown,
+                    format!(
+                        "internal: request {id} to the component '{}' is not outstanding",
+                        self.program
+                    ),
+                ));
+            }
+            self.accept_buffered(Some(id))?;
+            if self.arrived.contains_key(&id) {
+                continue;
+            }
+            match self.reader.fill(&mut &self.stream) {
+                Ok(0) => return Err(self.closed()),
+                Ok(_) => {}
+                Err(e) if e.is_timeout() => {
+                    let now = Instant::now();
+                    if let Some(late) = self
+                        .outstanding
+                        .iter()
+                        .find(|o| o.deadline.is_some_and(|d| now >= d))
+                        .copied()
+                    {
+                        return Err(self.hung(late.what, late.timeout));
+                    }
+                }
+                Err(FrameError::Io(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(FrameError::Io(e)) => {
+                    let what = self.waiting_for();
+                    return Err(self.broken(&format!("failed during {what} ({e})")));
+                }
+                Err(e) => {
+                    let what = self.waiting_for();
+                    return Err(self.violated(&format!("sent a bad frame for {what}: {e}")));
+                }
+            }
+        }
+    }
+
+    /// Matches every buffered frame to its outstanding request, stopping after the answer to
+    /// `until` (so a fault in a later frame fails the call it concerns, not this one).
+    fn accept_buffered(&mut self, until: Option<u64>) -> Result<(), VfError> {
+        loop {
+            match self.reader.next_frame::<ComponentMessage>() {
+                Ok(None) => return Ok(()),
+                Ok(Some(ComponentMessage {
+                    body: Some(component_message::Body::Result(r)),
+                })) => {
+                    let Some(at) = self.outstanding.iter().position(|o| o.id == r.request_id)
+                    else {
+                        let ids = self.outstanding_ids();
+                        return Err(self.violated(&format!(
+                            "answered request {} while {ids} outstanding",
+                            r.request_id
+                        )));
+                    };
+                    self.outstanding.remove(at);
+                    let id = r.request_id;
+                    self.arrived.insert(id, r);
+                    if until == Some(id) {
+                        return Ok(());
+                    }
+                }
+                Ok(Some(_)) => {
+                    let ids = self.outstanding_ids();
+                    return Err(self.violated(&format!(
+                        "sent something other than a Result while {ids} outstanding"
+                    )));
+                }
+                Err(e) => {
+                    let what = self.waiting_for();
+                    return Err(self.violated(&format!("sent a bad frame for {what}: {e}")));
+                }
+            }
+        }
+    }
+
+    /// `request 3 (process) was` / `requests [3, 4] were`, for errors.
+    fn outstanding_ids(&self) -> String {
+        match self.outstanding.len() {
+            0 => "no request was".to_owned(),
+            1 => format!(
+                "request {} ({}) was the only one",
+                self.outstanding[0].id, self.outstanding[0].what
+            ),
+            _ => format!(
+                "requests {:?} were",
+                self.outstanding.iter().map(|o| o.id).collect::<Vec<_>>()
+            ),
+        }
+    }
+
+    /// The oldest outstanding call's name, for errors.
+    fn waiting_for(&self) -> &'static str {
+        self.outstanding.front().map_or("a call", |o| o.what)
+    }
+
+    /// The component closed its end (mid-frame or between frames) while calls were
+    /// outstanding.
+    fn closed(&mut self) -> VfError {
+        let what = self.waiting_for();
+        self.broken(&format!("closed the connection during {what}"))
     }
 
     /// Sends Close (bounded wait), then waits for the program to exit, killing it after a
@@ -280,11 +559,13 @@ impl ComponentHost {
                 .opts
                 .call_timeout
                 .map_or(EXIT_GRACE * 6, |t| t.min(EXIT_GRACE * 6));
-            let r = self.call_with(
-                worker_message::Body::Close(Default::default()),
-                "close",
-                Some(timeout),
-            );
+            let r = self
+                .send_with(
+                    worker_message::Body::Close(Default::default()),
+                    "close",
+                    Some(timeout),
+                )
+                .and_then(|id| self.wait(id));
             self.failed = Some(VfError::new(
                 ErrorCode::WorkerFatal,
                 format!("the component '{}' was closed", self.program),
@@ -541,6 +822,14 @@ fn wait_for_exit(child: &mut Child, grace: Duration) -> Option<ExitStatus> {
             _ => return None,
         }
     }
+}
+
+/// A socket read or write that ran into its timeout (or `WouldBlock` when non-blocking).
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 /// `exited with status 3` / `was killed by signal 9`.

@@ -3,8 +3,8 @@
 //! An exec node's computation is a separate program — Python with the SDK in `sdk/python`,
 //! or anything that speaks the component protocol (`core/proto/videoflow/component/v1/
 //! component.proto`, [`videoflow_core::component`]). The worker keeps every broker duty
-//! (ids, acks, joins, drain, dead letters, metrics): it starts the program, hands it one group
-//! at a time over a Unix domain socket and publishes what it returns.
+//! (ids, acks, joins, drain, dead letters, metrics): it starts the program, hands it input
+//! groups over a Unix domain socket and publishes what it returns.
 //!
 //! - [`frame`] — length-prefixed frames on the socket.
 //! - [`host`] — [`ComponentHost`]: start, accept, Hello and version negotiation, per-call
@@ -22,10 +22,14 @@
 //! flight back (NAK) and the worker exits 4; the platform (Kubernetes, or the local runner's
 //! restarts) starts a fresh worker with a fresh component, which gets the input again.
 //!
-//! **One request in flight.** The runtime's loop handles one group at a time, so the host
-//! sends one request and waits for its result. The protocol already carries request ids and
-//! `Hello.max_in_flight`, so a pipelining loop can keep several outstanding without a protocol
-//! change.
+//! **Several requests in flight.** A component that announces `Hello.max_in_flight` > 1 gets
+//! up to that many requests outstanding (capped at [`HOST_MAX_IN_FLIGHT`]): the processor and
+//! consumer loop submits each group as it is received and takes results back oldest first
+//! (`Processor::submit` / `complete`), so the component computes one group while the next
+//! travels to it and the previous output is published. Answers may come in any order; each
+//! is matched by request id and outputs are published in input order. A crash fails every
+//! outstanding request with `VF_WORKER_FATAL`, and the loop hands every one of their inputs
+//! back. `max_in_flight` 0 or 1 is the one-at-a-time conversation of before.
 
 pub mod frame;
 pub mod host;
@@ -37,7 +41,9 @@ use videoflow_core::component::proto::NodeIdentity;
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::model::NodeKind;
 
-pub use host::{CALL_TIMEOUT_VAR, ComponentHost, HostOptions, SOCKET_VAR, START_TIMEOUT_VAR};
+pub use host::{
+    CALL_TIMEOUT_VAR, ComponentHost, HOST_MAX_IN_FLIGHT, HostOptions, SOCKET_VAR, START_TIMEOUT_VAR,
+};
 pub use nodes::{ExecConsumer, ExecNode, ExecProcessor, ExecProducer};
 
 use crate::config::WorkerConfig;

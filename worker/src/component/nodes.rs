@@ -3,6 +3,13 @@
 //! The runtime's loops call these exactly as they call built-in nodes, so acks, joins, drain,
 //! dead letters and metrics apply unchanged; this module only translates between the node
 //! API (`Input`, `NodeContext`) and the protocol's messages.
+//!
+//! Processors and consumers pipeline: `max_in_flight` is the host's (the component's Hello,
+//! capped), `submit` sends a request and remembers its id, `complete` waits for the oldest
+//! id — so outputs are taken back in input order even when the component answers out of
+//! order. `process`/`consume` are `submit` + `complete` (one outstanding).
+
+use std::collections::VecDeque;
 
 use videoflow_core::component::proto::{
     self as wire, Collected, Consume, EnvelopeInfo as WireInfo, Input as WireInput, NodeIdentity,
@@ -22,6 +29,8 @@ pub struct ExecNode {
     host: ComponentHost,
     identity: NodeIdentity,
     params_json: String,
+    /// Ids of the groups submitted and not completed, oldest first.
+    submitted: VecDeque<u64>,
 }
 
 impl ExecNode {
@@ -32,7 +41,26 @@ impl ExecNode {
             host,
             identity,
             params_json,
+            submitted: VecDeque::new(),
         }
+    }
+
+    /// Sends one group's request (`Process` or `Consume`) and remembers its id.
+    fn submit(&mut self, body: Body, what: &'static str) -> Result<(), VfError> {
+        let id = self.host.send(body, what)?;
+        self.submitted.push_back(id);
+        Ok(())
+    }
+
+    /// The oldest submitted group's result.
+    fn complete(&mut self, what: &str) -> Result<wire::Result, VfError> {
+        let Some(id) = self.submitted.pop_front() else {
+            return Err(VfError::new(
+                ErrorCode::Unknown,
+                format!("internal: {what} completed with nothing submitted"),
+            ));
+        };
+        self.host.wait(id)
     }
 
     /// The host (tests read the component's pid from it).
@@ -237,11 +265,24 @@ impl Processor for ExecProcessor {
     }
 
     fn process(&mut self, ctx: &mut NodeContext, inputs: &[Input]) -> Result<Payload, VfError> {
+        self.submit(ctx, inputs)?;
+        self.complete(ctx)
+    }
+
+    fn max_in_flight(&self) -> usize {
+        self.0.host.max_in_flight()
+    }
+
+    fn submit(&mut self, ctx: &mut NodeContext, inputs: &[Input]) -> Result<(), VfError> {
         let request = Process {
             inputs: wire_inputs(ctx, inputs)?,
             input_key: ctx.input_key.clone().unwrap_or_default(),
         };
-        let r = self.0.host.call(Body::Process(request), "process")?;
+        self.0.submit(Body::Process(request), "process")
+    }
+
+    fn complete(&mut self, ctx: &mut NodeContext) -> Result<Payload, VfError> {
+        let r = self.0.complete("process")?;
         check(r.error)?;
         take_output(ctx, r.output)
     }
@@ -261,11 +302,24 @@ impl Consumer for ExecConsumer {
     }
 
     fn consume(&mut self, ctx: &mut NodeContext, inputs: &[Input]) -> Result<(), VfError> {
+        Consumer::submit(self, ctx, inputs)?;
+        Consumer::complete(self, ctx)
+    }
+
+    fn max_in_flight(&self) -> usize {
+        self.0.host.max_in_flight()
+    }
+
+    fn submit(&mut self, ctx: &mut NodeContext, inputs: &[Input]) -> Result<(), VfError> {
         let request = Consume {
             inputs: wire_inputs(ctx, inputs)?,
             input_key: ctx.input_key.clone().unwrap_or_default(),
         };
-        let r = self.0.host.call(Body::Consume(request), "consume")?;
+        self.0.submit(Body::Consume(request), "consume")
+    }
+
+    fn complete(&mut self, _ctx: &mut NodeContext) -> Result<(), VfError> {
+        let r = self.0.complete("consume")?;
         check(r.error)
     }
 

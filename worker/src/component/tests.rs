@@ -60,11 +60,16 @@ fn connect(dir: &Path) -> UnixStream {
 }
 
 fn hello(versions: Vec<u32>) -> ComponentMessage {
+    hello_pipelined(versions, 0)
+}
+
+fn hello_pipelined(versions: Vec<u32>, max_in_flight: u32) -> ComponentMessage {
     ComponentMessage {
         body: Some(component_message::Body::Hello(Hello {
             protocol_versions: versions,
             pid: std::process::id(),
             sdk: "test".into(),
+            max_in_flight,
             ..Hello::default()
         })),
     }
@@ -316,4 +321,226 @@ fn command_var_parses_or_explains() {
     assert_eq!(o.call_timeout, None);
     t.insert(CALL_TIMEOUT_VAR.to_owned(), "-1".to_owned());
     assert!(HostOptions::from_env(&t).is_err());
+}
+
+/// Answers `open` (request 1) as a scripted component does.
+fn answer_open(s: &mut UnixStream) {
+    let open = recv(s);
+    assert!(matches!(open.body, Some(Body::Open(_))), "{open:?}");
+    write_frame(
+        s,
+        &result(CallResult {
+            request_id: open.request_id,
+            ..CallResult::default()
+        }),
+    )
+    .expect("open result");
+}
+
+/// The answer to a `Process` request: its one input's payload bytes, echoed.
+fn echo(req: &WorkerMessage) -> ComponentMessage {
+    let Some(Body::Process(p)) = &req.body else {
+        panic!("process: {req:?}")
+    };
+    let Some(videoflow_core::component::proto::input::Kind::Present(payload)) =
+        p.inputs.first().and_then(|i| i.kind.clone())
+    else {
+        panic!("one present input: {p:?}")
+    };
+    result(CallResult {
+        request_id: req.request_id,
+        output: Some(Output {
+            payload: Some(payload),
+            ..Output::default()
+        }),
+        ..CallResult::default()
+    })
+}
+
+fn int_input(i: i64) -> [crate::nodes::Input; 1] {
+    [crate::nodes::Input::Present(
+        videoflow_core::envelope::Payload::Value(videoflow_core::value::Value::Int(i)),
+    )]
+}
+
+fn pipelined_node(dir: &Path, exit_code: i32) -> ExecProcessor {
+    let host = ComponentHost::start(&program(dir, exit_code), quick()).expect("starts");
+    ExecProcessor(ExecNode::new(host, NodeIdentity::default(), "{}".into()))
+}
+
+#[test]
+fn the_host_caps_what_the_component_accepts() {
+    for (announced, used) in [(0, 1), (1, 1), (4, 4), (1000, HOST_MAX_IN_FLIGHT)] {
+        let dir = scratch();
+        let peer = component(&dir, move |s| {
+            write_frame(s, &hello_pipelined(vec![1], announced)).expect("hello");
+        });
+        let host = ComponentHost::start(&program(&dir, 0), quick()).expect("starts");
+        assert_eq!(
+            host.max_in_flight(),
+            used,
+            "Hello.max_in_flight {announced}"
+        );
+        drop(host);
+        peer.join().expect("component thread");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn several_requests_are_in_flight_and_outputs_come_back_in_input_order() {
+    use crate::nodes::Processor as _;
+    let dir = scratch();
+    let peer = component(&dir, |s| {
+        write_frame(s, &hello_pipelined(vec![1], 4)).expect("hello");
+        answer_open(s);
+        // Two rounds: take four requests before answering any (so four are outstanding at
+        // once), then answer them last first.
+        for _ in 0..2 {
+            let reqs: Vec<WorkerMessage> = (0..4).map(|_| recv(s)).collect();
+            for r in reqs.iter().rev() {
+                write_frame(s, &echo(r)).expect("answer");
+            }
+        }
+        let close = recv(s);
+        assert!(matches!(close.body, Some(Body::Close(_))));
+        write_frame(
+            s,
+            &result(CallResult {
+                request_id: close.request_id,
+                ..CallResult::default()
+            }),
+        )
+        .expect("close result");
+    });
+    let mut node = pipelined_node(&dir, 0);
+    assert_eq!(node.max_in_flight(), 4);
+    let mut ctx = crate::nodes::NodeContext::new("f", "r", "n", 0);
+    node.open(&mut ctx).expect("opens");
+    let mut outputs = Vec::new();
+    for round in 0..2 {
+        for i in 0..4 {
+            node.submit(&mut ctx, &int_input(round * 4 + i))
+                .expect("submits");
+        }
+        assert_eq!(node.0.host().in_flight(), 4);
+        for _ in 0..4 {
+            outputs.push(node.complete(&mut ctx).expect("completes"));
+        }
+    }
+    let want: Vec<_> = (0..8)
+        .map(|i| videoflow_core::envelope::Payload::Value(videoflow_core::value::Value::Int(i)))
+        .collect();
+    assert_eq!(outputs, want, "input order, whatever the answer order");
+    node.close(&mut ctx).expect("closes");
+    peer.join().expect("component thread");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_crash_with_several_in_flight_fails_every_one_of_them() {
+    use crate::nodes::Processor as _;
+    let dir = scratch();
+    let peer = component(&dir, |s| {
+        write_frame(s, &hello_pipelined(vec![1], 8)).expect("hello");
+        answer_open(s);
+        let first = recv(s);
+        write_frame(s, &echo(&first)).expect("answer");
+        for _ in 0..3 {
+            let _ = recv(s); // taken, never answered: the component dies
+        }
+    });
+    let mut node = pipelined_node(&dir, 9);
+    let mut ctx = crate::nodes::NodeContext::new("f", "r", "n", 0);
+    node.open(&mut ctx).expect("opens");
+    for i in 0..4 {
+        node.submit(&mut ctx, &int_input(i)).expect("submits");
+    }
+    assert_eq!(
+        node.complete(&mut ctx).expect("the first was answered"),
+        videoflow_core::envelope::Payload::Value(videoflow_core::value::Value::Int(0))
+    );
+    for _ in 1..4 {
+        let e = node.complete(&mut ctx).expect_err("the component died");
+        assert_eq!(e.code, ErrorCode::WorkerFatal, "{e:?}");
+        assert!(e.message.contains("exited with status 9"), "{}", e.message);
+    }
+    peer.join().expect("component thread");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn large_frames_both_ways_do_not_deadlock() {
+    // A single-threaded component that answers while requests queue behind: it writes each
+    // answer (4 MiB) without reading, while the host writes the next request (4 MiB). The
+    // host takes answers in while its write waits, so both sides make progress.
+    use crate::nodes::Processor as _;
+    const BIG: usize = 4 << 20;
+    let dir = scratch();
+    let peer = component(&dir, |s| {
+        write_frame(s, &hello_pipelined(vec![1], 4)).expect("hello");
+        answer_open(s);
+        for _ in 0..6 {
+            let r = recv(s);
+            write_frame(s, &echo(&r)).expect("answer");
+        }
+    });
+    let mut node = pipelined_node(&dir, 0);
+    let mut ctx = crate::nodes::NodeContext::new("f", "r", "n", 0);
+    node.open(&mut ctx).expect("opens");
+    let big = |i: u8| {
+        [crate::nodes::Input::Present(
+            videoflow_core::envelope::Payload::Opaque {
+                payload_type: "my.Blob".into(),
+                data: vec![i; BIG],
+            },
+        )]
+    };
+    let started = Instant::now();
+    let mut got = Vec::new();
+    for i in 0..6u8 {
+        if node.0.host().in_flight() == 4 {
+            got.push(node.complete(&mut ctx).expect("completes"));
+        }
+        node.submit(&mut ctx, &big(i)).expect("submits");
+    }
+    while node.0.host().in_flight() > 0 {
+        got.push(node.complete(&mut ctx).expect("completes"));
+    }
+    assert!(started.elapsed() < Duration::from_secs(8), "no deadlock");
+    for (i, out) in got.iter().enumerate() {
+        let videoflow_core::envelope::Payload::Opaque { data, .. } = out else {
+            panic!("opaque")
+        };
+        assert_eq!((data.len(), data[0]), (BIG, i as u8));
+    }
+    drop(node);
+    peer.join().expect("component thread");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn one_call_at_a_time_still_refuses_an_answer_to_nothing() {
+    // A component answering a request twice breaks the protocol, pipelined or not.
+    use crate::nodes::Processor as _;
+    let dir = scratch();
+    let peer = component(&dir, |s| {
+        write_frame(s, &hello_pipelined(vec![1], 2)).expect("hello");
+        answer_open(s);
+        let r = recv(s);
+        write_frame(s, &echo(&r)).expect("answer");
+        write_frame(s, &echo(&r)).expect("again");
+        let _ = read_frame::<_, WorkerMessage>(s);
+    });
+    let mut node = pipelined_node(&dir, 0);
+    let mut ctx = crate::nodes::NodeContext::new("f", "r", "n", 0);
+    node.open(&mut ctx).expect("opens");
+    node.submit(&mut ctx, &int_input(1)).expect("submits");
+    node.complete(&mut ctx).expect("the first answer");
+    node.submit(&mut ctx, &int_input(2)).expect("submits");
+    let e = node.complete(&mut ctx).expect_err("violation");
+    assert_eq!(e.code, ErrorCode::NodeContract, "{e:?}");
+    drop(node);
+    peer.join().expect("component thread");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -36,7 +36,7 @@ pub mod selfcheck;
 pub mod testing;
 
 use videoflow_core::envelope::Payload;
-use videoflow_core::errors::VfError;
+use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::value::Value;
 
 pub use context::{EnvelopeInfo, InputInfo, NodeContext};
@@ -109,9 +109,30 @@ pub trait Processor: Send {
     /// Whether `process` may block (I/O, sleeps, long compute). The loop then runs it off the
     /// async runtime (`block_in_place`), so receipts, acks and keepalives go on meanwhile; a
     /// node that always returns in microseconds says `false` and saves that thread hand-off
-    /// on every message. Default: `true`.
+    /// on every message. Default: `true`. Applies to `submit`/`complete` too.
     fn may_block(&self) -> bool {
         true
+    }
+
+    /// How many groups this node can have computing at once through [`Processor::submit`] /
+    /// [`Processor::complete`] (pipelining, e.g. an exec component working on one group while
+    /// the next travels to it). 1 (the default) means the loop only calls `process`.
+    fn max_in_flight(&self) -> usize {
+        1
+    }
+
+    /// Starts computing one group without waiting for its output (only called when
+    /// [`Processor::max_in_flight`] > 1, with fewer than that many submitted and not
+    /// completed). An error fails this group only; nothing was started for it.
+    fn submit(&mut self, _ctx: &mut NodeContext, _inputs: &[Input]) -> Result<(), VfError> {
+        Err(not_pipelined("submit"))
+    }
+
+    /// Waits for the output of the **oldest** submitted group, so outputs come back in input
+    /// order whatever order the work finishes in; one-shot settings (LOOP-8/9) go on `ctx`
+    /// as `process` would set them. An error fails that group.
+    fn complete(&mut self, _ctx: &mut NodeContext) -> Result<Payload, VfError> {
+        Err(not_pipelined("complete"))
     }
 
     /// Releases resources (LOOP-1).
@@ -141,6 +162,22 @@ pub trait Consumer: Send {
         true
     }
 
+    /// As [`Processor::max_in_flight`], for [`Consumer::submit`] / [`Consumer::complete`].
+    fn max_in_flight(&self) -> usize {
+        1
+    }
+
+    /// As [`Processor::submit`]: starts the effect of one group.
+    fn submit(&mut self, _ctx: &mut NodeContext, _inputs: &[Input]) -> Result<(), VfError> {
+        Err(not_pipelined("submit"))
+    }
+
+    /// As [`Processor::complete`]: returns once the oldest submitted group's effect is
+    /// durable enough to ack (LOOP-5).
+    fn complete(&mut self, _ctx: &mut NodeContext) -> Result<(), VfError> {
+        Err(not_pipelined("complete"))
+    }
+
     /// Releases resources (LOOP-1).
     fn close(&mut self, _ctx: &mut NodeContext) -> Result<(), VfError> {
         Ok(())
@@ -154,4 +191,14 @@ pub fn normalize_output(output: Payload) -> Payload {
         Payload::None => Payload::Value(Value::Null),
         other => other,
     }
+}
+
+/// What the default `submit`/`complete` answer: the loop only calls them on a node whose
+/// `max_in_flight` is above 1, so reaching one is a node that says it pipelines and does not.
+fn not_pipelined(method: &str) -> VfError {
+    VfError::new(
+        ErrorCode::NodeContract,
+        format!("{method}() called on a node that does not pipeline (max_in_flight 1)"),
+    )
+    .with_remedy("A node whose max_in_flight() is above 1 must implement submit() and complete().")
 }

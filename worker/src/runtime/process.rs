@@ -1,5 +1,17 @@
 //! The processor and consumer loop (LOOP-3/4/5/6/7/10, ABORT-5, ERR-5/5a, IDEM-1).
+//!
+//! **Pipelining** (issue #10). A node whose `max_in_flight()` is above 1 (an exec component
+//! that accepts several requests) gets each group through `submit` as soon as it is received,
+//! and its output through `complete`, oldest first — so outputs are published, and inputs
+//! settled, in input order, up to `max_in_flight` groups computing at once. The loop takes a
+//! result back before any receive that might wait: submitted inputs are unacked, so the
+//! broker's credit (STREAM-15) and the drain (EOS-3: nothing ack-pending) wait for them, and a
+//! receive that waited for new deliveries could wait for ever. It therefore only receives
+//! with groups in flight when a ready group is already folded (one parent, trace mode: every
+//! delivery is a ready group on arrival). Under a conformance fault schedule the loop stays
+//! one group at a time, as its barriers expect.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use videoflow_core::envelope::Payload;
@@ -20,7 +32,7 @@ use crate::emit::Timings;
 use crate::faults::{self, Barrier, barrier};
 use crate::health::{self, metrics};
 use crate::idempotency::IdempotencyStore;
-use crate::join::{GroupInput, ReadyGroup};
+use crate::join::{GroupInput, JoinAssembler, ReadyGroup};
 use crate::nodes::{
     Consumer, EnvelopeInfo, Input, InputInfo, NodeContext, Processor, normalize_output,
 };
@@ -61,6 +73,15 @@ pub(crate) struct Settling {
     trace_id: String,
     seq: i128,
     handles: Vec<Held>,
+}
+
+/// A group submitted to a pipelining node whose result is not taken back yet.
+pub(crate) struct Submitted {
+    settling: Settling,
+    event_ts: Option<f64>,
+    input_key: String,
+    /// When it was submitted: its proctime counts from here.
+    started: Instant,
 }
 
 /// A group's second half that ended well: its output's outcome (none for a consumer or a
@@ -114,10 +135,32 @@ impl Loop<'_> {
         sink: &mut Sink<'_>,
         ctx: &mut NodeContext,
     ) -> Result<LoopEnd, VfError> {
+        let mut pipe = VecDeque::new();
+        let result = self.groups_pipelined(sink, ctx, &mut pipe).await;
+        if result.is_err() {
+            // Every group still computing is handed back (the component may be gone).
+            for submitted in pipe.drain(..) {
+                self.settler.nak_all(&submitted.settling.handles).await;
+            }
+        }
+        result
+    }
+
+    async fn groups_pipelined(
+        &mut self,
+        sink: &mut Sink<'_>,
+        ctx: &mut NodeContext,
+        pipe: &mut VecDeque<Submitted>,
+    ) -> Result<LoopEnd, VfError> {
+        let depth = pipeline_depth(sink);
         let mut last_end = Instant::now();
         loop {
             health::beat();
             self.reap(false).await?;
+            if !pipe.is_empty() && (pipe.len() >= depth || !self.group_is_ready()) {
+                self.complete_front(sink, ctx, pipe, &mut last_end).await?;
+                continue;
+            }
             health::record(|m| m.incr("messages_received", 1));
             let received = self
                 .receiver
@@ -125,18 +168,137 @@ impl Loop<'_> {
                 .await?;
             match received {
                 None => {
+                    self.complete_all(sink, ctx, pipe, &mut last_end).await?;
                     self.drain_window().await?;
                     self.receiver.quiesce().await;
                     return Ok(LoopEnd::Quiesced);
                 }
-                Some(Received::Stop(stop)) => return self.stop(stop).await,
+                Some(Received::Stop(stop)) => {
+                    self.complete_all(sink, ctx, pipe, &mut last_end).await?;
+                    return self.stop(stop).await;
+                }
                 Some(Received::Group(group)) => {
                     health::record(|m| m.record_offered());
-                    self.group(group, sink, ctx, &mut last_end).await?;
+                    if depth > 1 {
+                        self.submit(group, sink, ctx, pipe).await?;
+                    } else {
+                        self.group(group, sink, ctx, &mut last_end).await?;
+                    }
                     self.supervision.check()?; // SUP-1: after each group
                 }
             }
         }
+    }
+
+    /// Whether the next receive returns at once with a group already folded: with one parent
+    /// in trace mode every held delivery is a complete group (JOIN-3).
+    fn group_is_ready(&self) -> bool {
+        self.cfg.parent_names.len() == 1
+            && matches!(self.receiver.join, JoinAssembler::Trace(_))
+            && self.receiver.join.pending_count() > 0
+    }
+
+    /// Hands one group to a pipelining node; its result is taken back by
+    /// [`Loop::complete_front`]. A group that fails here (or an idempotent sink's group
+    /// already consumed) is settled at once.
+    async fn submit(
+        &mut self,
+        group: ReadyGroup<Held, Member>,
+        sink: &mut Sink<'_>,
+        ctx: &mut NodeContext,
+        pipe: &mut VecDeque<Submitted>,
+    ) -> Result<(), VfError> {
+        let cfg = self.cfg;
+        let input_key = msgid_signed(
+            &cfg.flow_id,
+            &cfg.run_id,
+            &cfg.node_name,
+            &group.trace_id,
+            group.seq,
+            MsgKind::Data,
+        );
+        let (inputs, info) = node_inputs(cfg, &group.inputs);
+        ctx.begin_group(Some(input_key.clone()), info);
+        let settling = Settling {
+            trace_id: group.trace_id,
+            seq: group.seq,
+            handles: group.handles,
+        };
+        let started = Instant::now();
+        let submitted = match sink {
+            Sink::Processor(node) => blocking(node.may_block(), || node.submit(ctx, &inputs)),
+            Sink::Consumer(node, idem) => {
+                if let Some(store) = idem {
+                    match store.seen(&input_key).await {
+                        Ok(true) => return self.finish(settling, Ok(None)).await, // IDEM-1
+                        Ok(false) => {}
+                        Err(e) => return self.failed(&settling, e).await,
+                    }
+                }
+                blocking(node.may_block(), || node.submit(ctx, &inputs))
+            }
+        };
+        match submitted {
+            Ok(()) => {
+                pipe.push_back(Submitted {
+                    settling,
+                    event_ts: group.event_ts,
+                    input_key,
+                    started,
+                });
+                Ok(())
+            }
+            Err(e) => self.failed(&settling, e).await,
+        }
+    }
+
+    /// Takes back the oldest submitted group's result and publishes it (or runs the ladder).
+    async fn complete_front(
+        &mut self,
+        sink: &mut Sink<'_>,
+        ctx: &mut NodeContext,
+        pipe: &mut VecDeque<Submitted>,
+        last_end: &mut Instant,
+    ) -> Result<(), VfError> {
+        let Some(submitted) = pipe.pop_front() else {
+            return Ok(());
+        };
+        let outcome = match sink {
+            Sink::Processor(node) => match blocking(node.may_block(), || node.complete(ctx)) {
+                Ok(output) => {
+                    let s = &submitted.settling;
+                    let at = (s.trace_id.as_str(), s.seq, submitted.event_ts);
+                    self.publish(at, output, submitted.started, ctx, last_end)
+                        .await
+                }
+                Err(e) => Err(e),
+            },
+            Sink::Consumer(node, idem) => match blocking(node.may_block(), || node.complete(ctx)) {
+                Ok(()) => {
+                    *last_end = Instant::now();
+                    match idem {
+                        Some(store) => store.mark(&submitted.input_key).await.map(|()| None),
+                        None => Ok(None),
+                    }
+                }
+                Err(e) => Err(e),
+            },
+        };
+        self.finish(submitted.settling, outcome).await
+    }
+
+    /// Takes back every submitted group, in order.
+    async fn complete_all(
+        &mut self,
+        sink: &mut Sink<'_>,
+        ctx: &mut NodeContext,
+        pipe: &mut VecDeque<Submitted>,
+        last_end: &mut Instant,
+    ) -> Result<(), VfError> {
+        while !pipe.is_empty() {
+            self.complete_front(sink, ctx, pipe, last_end).await?;
+        }
+        Ok(())
     }
 
     /// The stop result: ABORT-5 relay first, then EOS unless it is a hard stop (CTRL-3).
@@ -193,6 +355,16 @@ impl Loop<'_> {
             seq: group.seq,
             handles: group.handles,
         };
+        self.finish(settling, outcome).await
+    }
+
+    /// A group's node call ended: its output (if any) goes into the window, which acks the
+    /// inputs after the receipt; an error runs the ladder.
+    async fn finish(
+        &mut self,
+        settling: Settling,
+        outcome: Result<Option<Pending>, VfError>,
+    ) -> Result<(), VfError> {
         match outcome {
             Ok(pending) => {
                 let bytes = pending.as_ref().map_or(0, Pending::bytes);
@@ -300,36 +472,51 @@ impl Loop<'_> {
                 } else {
                     node.process(ctx, &inputs)?
                 };
-                let ended = Instant::now();
-                let timings = Timings {
-                    proctime: (ended - started).as_secs_f64(),
-                    actual_proctime: (ended - *last_end).as_secs_f64(),
-                };
-                *last_end = ended;
-                let key = ctx.take_output_partition_key();
-                let explicit_ts = ctx.take_output_event_timestamp();
-                if !self.cfg.has_children {
-                    return Ok(None); // LOOP-6
-                }
-                let seq = u64::try_from(group.seq).map_err(|_| {
-                    VfError::new(
-                        ErrorCode::Unknown,
-                        format!("ValueError: Value out of range: {}", group.seq),
-                    )
-                })?;
-                // LOOP-10: one-shot > group event time > wall clock at publish.
-                let event_ts = explicit_ts.or(group.event_ts).unwrap_or_else(wall_now);
-                let env = self.output.emitter.data(
-                    &group.trace_id,
-                    seq,
-                    event_ts,
-                    normalize_output(output),
-                    timings,
-                    key,
-                );
-                Ok(Some(self.output.start_data(env).await?))
+                let at = (group.trace_id.as_str(), group.seq, group.event_ts);
+                self.publish(at, output, started, ctx, last_end).await
             }
         }
+    }
+
+    /// A processor's output on the wire (LOOP-6/10, timings from `started`); `None` when the
+    /// node has no children. `group` is the group's trace id, seq and event time.
+    async fn publish(
+        &mut self,
+        group: (&str, i128, Option<f64>),
+        output: Payload,
+        started: Instant,
+        ctx: &mut NodeContext,
+        last_end: &mut Instant,
+    ) -> Result<Option<Pending>, VfError> {
+        let ended = Instant::now();
+        let timings = Timings {
+            proctime: (ended - started).as_secs_f64(),
+            actual_proctime: (ended - *last_end).as_secs_f64(),
+        };
+        *last_end = ended;
+        let key = ctx.take_output_partition_key();
+        let explicit_ts = ctx.take_output_event_timestamp();
+        if !self.cfg.has_children {
+            return Ok(None); // LOOP-6
+        }
+        let (trace_id, group_seq, group_event_ts) = group;
+        let seq = u64::try_from(group_seq).map_err(|_| {
+            VfError::new(
+                ErrorCode::Unknown,
+                format!("ValueError: Value out of range: {group_seq}"),
+            )
+        })?;
+        // LOOP-10: one-shot > group event time > wall clock at publish.
+        let event_ts = explicit_ts.or(group_event_ts).unwrap_or_else(wall_now);
+        let env = self.output.emitter.data(
+            trace_id,
+            seq,
+            event_ts,
+            normalize_output(output),
+            timings,
+            key,
+        );
+        Ok(Some(self.output.start_data(env).await?))
     }
 
     /// ERR-2/5/5a: classify, stamp, run the ladder; a worker_fatal or user error hands the
@@ -382,6 +569,29 @@ async fn settle_after(
     };
     let acked = settle::ack_all(&handles, blob.as_ref()).await;
     Ok(Settled { outcome, acked })
+}
+
+/// How many groups the loop keeps submitted to `sink` at once: the node's `max_in_flight`,
+/// or 1 (no pipelining) under a conformance fault schedule, whose barriers expect one group
+/// at a time, in order (ENV-16/17).
+fn pipeline_depth(sink: &Sink<'_>) -> usize {
+    if faults::installed().is_some() {
+        return 1;
+    }
+    match sink {
+        Sink::Processor(node) => node.max_in_flight(),
+        Sink::Consumer(node, _) => node.max_in_flight(),
+    }
+    .max(1)
+}
+
+/// Runs a node call off the async runtime when it may block (see `Processor::may_block`).
+fn blocking<T>(may_block: bool, f: impl FnOnce() -> T) -> T {
+    if may_block {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
 }
 
 /// The node's view of a group: one input per parent (ENV-3) and the context's `input_info`.
