@@ -16,6 +16,7 @@ mod redis;
 
 pub use control_plane::ControlPlane;
 pub use nats::NatsServer;
+pub use port::free_port;
 pub use redis::RedisServer;
 
 /// Why a test broker could not be started.

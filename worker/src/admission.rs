@@ -964,9 +964,9 @@ async fn provision_job(vars: &BTreeMap<String, String>) -> Result<(), VfError> {
     }
     let settings = FlowSettings {
         stream_replicas: job.stream_replicas,
-        // The worker does not count attempts in the ledger yet, so the broker keeps the
-        // retry cap (both sides derive the same value, STREAM-15).
-        ledger_caps_attempts: false,
+        // STREAM-15: a durable shared ledger counts attempts, so the broker gets no cap;
+        // the workers read the same store back and derive the same value.
+        ledger_caps_attempts: composition.runtime.durable_and_shared(),
         strict_durables: true,
     };
     let done = provision_flow(&broker, flow, &settings, |spec, r| job.node_config(spec, r)).await?;

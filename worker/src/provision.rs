@@ -99,6 +99,23 @@ pub fn node_vars(
     Ok(vars)
 }
 
+/// STREAM-15: whether the Flow's run ledger (a literal `spec.runtimeStore.url`) reads back
+/// durable and shared — then at-least-once durables get `max_deliver = −1` and the workers,
+/// reading the same store back, count attempts in it. A Secret reference cannot be read
+/// here, and a store that cannot be read back in 5 s does not qualify: the broker keeps its
+/// retry cap, and the workers then judge by the broker's count.
+async fn ledger_caps_attempts(doc: &FlowDocument) -> bool {
+    let Some(url) = doc.spec.runtime_store.as_ref().and_then(|s| s.url.clone()) else {
+        return false;
+    };
+    let Ok(store) = crate::store::RuntimeStore::open(&url) else {
+        return false;
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(5), store.capabilities())
+        .await
+        .is_ok_and(|caps| caps.durable_and_shared())
+}
+
 /// Ensures every stream, the DLQ, every EOS anchor and every data durable of `flow`, with
 /// the environment the Flow document renders (the local runner's and the tests' path).
 /// Idempotent: provisioning twice finds what the first run created.
@@ -117,7 +134,7 @@ pub async fn provision(
             .as_ref()
             .and_then(|b| b.stream_replicas)
             .map(i64::from),
-        ledger_caps_attempts: false,
+        ledger_caps_attempts: ledger_caps_attempts(doc).await,
         strict_durables: false,
     };
     provision_flow(broker, flow, &settings, |spec, replica| {

@@ -5,6 +5,7 @@
 //! committed — and the records sit under 1.0.4's key layout with the values EOS-7 gives.
 
 mod flows_common;
+mod streams;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -194,4 +195,260 @@ fn eos_2_a_restarted_consumer_starts_from_the_recorded_terminators() {
         3,
         "{log}"
     );
+}
+
+/// STREAM-15 / DELIV-6: under a durable shared ledger the provisioned durable has no broker
+/// cap (`max_deliver = −1`) and the ledger counts the failed attempts: a value that keeps
+/// failing transiently is retried until the count reaches `VF_MAX_RETRIES + 1`, then
+/// dead-lettered; the attempts document says how often, per disposition.
+#[test]
+fn stream_15_the_ledger_counts_transient_attempts_then_dead_letters() {
+    const BAD: i64 = 5;
+    let mut h = FlowHarness::new(&batch_flow(
+        "budget",
+        &format!("  runId: r1\n  runtimeStore: {{url: \"{FILE_LEDGER}\"}}\n"),
+        &format!(
+            r#"  - name: numbers
+    kind: producer
+    component: {{builtin: videoflow.producers.basic.IntProducer}}
+    params: {{start_value: 0, end_value: {last}}}
+  - name: picky
+    kind: processor
+    parents: [numbers]
+    component: {{builtin: videoflow.rs.processors.FailOn}}
+    params: {{values: [{BAD}], code: transient}}
+  - name: sink
+    kind: consumer
+    parents: [picky]
+    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
+    params: {{path: "{{{{DIR}}}}/out.jsonl"}}
+"#,
+            last = N - 1
+        ),
+    ));
+    h.provision();
+    let url = h.nats.url();
+    let stream = videoflow_core::naming::stream_name("budget", "r1", "numbers");
+    h.block_on(streams::add_witness(&url, &stream));
+    let max_deliver = h.block_on(async {
+        let client = async_nats::connect(&url).await.expect("connect");
+        let js = async_nats::jetstream::new(client);
+        let s = js.get_stream(&stream).await.expect("stream");
+        let info = s
+            .consumer_info(videoflow_core::naming::durable_name("picky", "numbers"))
+            .await
+            .expect("durable");
+        info.config.max_deliver
+    });
+    assert_eq!(max_deliver, -1, "no broker cap under the ledger");
+    for node in ["numbers", "picky", "sink"] {
+        h.spawn(node, 0, &[("VF_MAX_RETRIES", "1")]);
+    }
+    let exits = h.wait_all(Duration::from_secs(120));
+    h.assert_all_ok(&exits);
+    let mut values: Vec<i64> = h.jsonl("out.jsonl").iter().map(int_value).collect();
+    values.sort_unstable();
+    let expected: Vec<i64> = (0..N).filter(|v| *v != BAD).collect();
+    assert_eq!(values, expected, "{}", h.all_logs());
+    // Dead-lettered after the second failed attempt (retries 1 ⇒ budget 2).
+    let dlq = h.block_on(streams::read_stream(
+        &url,
+        &videoflow_core::naming::dlq_stream_name("budget"),
+    ));
+    assert_eq!(dlq.len(), 1, "{dlq:#?}");
+    assert_eq!(
+        dlq[0].headers.get("VF-Num-Delivered").map(String::as_str),
+        Some("2")
+    );
+    let attempts = records(&h, "vf/budget/r1/picky/attempts/");
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    let doc = attempts.values().next().expect("one");
+    assert_eq!(doc["transient"].as_u64(), Some(2), "{doc}");
+}
+
+/// DELIV-15 / ERR-6: a best-effort node dead-letters at most 5 specimens per code per
+/// minute; every other poison delivery is TERMed with a record appended to the ledger's
+/// terminal log — nothing ends unrecorded.
+#[test]
+fn deliv_15_sampled_out_deliveries_are_recorded_in_the_terminal_log() {
+    const BAD: [i64; 8] = [2, 4, 6, 8, 10, 12, 14, 16];
+    let mut h = FlowHarness::new(&batch_flow(
+        "sampled",
+        &format!("  runId: r1\n  runtimeStore: {{url: \"{FILE_LEDGER}\"}}\n"),
+        &format!(
+            r#"  - name: numbers
+    kind: producer
+    component: {{builtin: videoflow.producers.basic.IntProducer}}
+    params: {{start_value: 0, end_value: {last}}}
+  - name: picky
+    kind: processor
+    parents: [numbers]
+    delivery: best-effort
+    component: {{builtin: videoflow.rs.processors.FailOn}}
+    params: {{values: {bad:?}, code: poison}}
+  - name: sink
+    kind: consumer
+    parents: [picky]
+    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
+    params: {{path: "{{{{DIR}}}}/out.jsonl"}}
+"#,
+            last = N - 1,
+            bad = BAD,
+        ),
+    ));
+    h.start();
+    let exits = h.wait_all(Duration::from_secs(120));
+    h.assert_all_ok(&exits);
+    assert_eq!(h.jsonl("out.jsonl").len(), N as usize - BAD.len());
+    let dlq = h.block_on(streams::read_stream(
+        &h.nats.url(),
+        &videoflow_core::naming::dlq_stream_name("sampled"),
+    ));
+    assert_eq!(dlq.len(), 5, "five specimens per code and minute");
+    let store = ledger_store(&h);
+    let log = h
+        .block_on(store.log_entries("vf/sampled/r1/picky/terminal"))
+        .expect("terminal log");
+    let records: Vec<Json> = log
+        .iter()
+        .map(|r| serde_json::from_slice(r).expect("json record"))
+        .collect();
+    assert_eq!(records.len(), BAD.len() - 5, "{records:?}");
+    for r in &records {
+        assert_eq!(
+            (r["reason"].as_str(), r["code"].as_str()),
+            (Some("sampled-out"), Some("VF_POISON")),
+            "{r}"
+        );
+    }
+    let seqs: BTreeSet<u64> = records
+        .iter()
+        .filter_map(|r| r["stream_seq"].as_u64())
+        .collect();
+    let dead: BTreeSet<u64> = dlq
+        .iter()
+        .filter_map(|l| {
+            l.headers
+                .get("Nats-Msg-Id")?
+                .rsplit(':')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    let every: BTreeSet<u64> = BAD.iter().map(|v| *v as u64 + 1).collect();
+    assert_eq!(
+        seqs.union(&dead).copied().collect::<BTreeSet<_>>(),
+        every,
+        "each failed delivery recorded once"
+    );
+    assert!(seqs.is_disjoint(&dead));
+    assert!(h.all_logs().contains("ledger:picky/terminal:"));
+}
+
+/// `GET /readyz` on localhost answers 200 (HEALTH-1: the loop has received once, so every
+/// setup step — the DLQ stream included — is behind the worker).
+fn ready(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut out = String::new();
+    s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .and_then(|()| s.read_to_string(&mut out))
+        .is_ok_and(|_| out.starts_with("HTTP/1.1 200"))
+}
+
+/// DELIV-8: a dead letter the broker does not accept keeps its message (NAK 5 s) and a
+/// `handoff/{record id}` record in the ledger; a replacement process hands it off at start,
+/// under the same id, and forgets it. Nothing is lost and nothing is dead-lettered twice.
+#[test]
+fn deliv_8_a_refused_dead_letter_is_kept_and_handed_off_by_the_next_process() {
+    const BAD: i64 = 3;
+    let mut h = FlowHarness::new(&batch_flow(
+        "handoff",
+        &format!("  runId: r1\n  runtimeStore: {{url: \"{FILE_LEDGER}\"}}\n"),
+        &format!(
+            r#"  - name: numbers
+    kind: producer
+    component: {{builtin: videoflow.producers.basic.IntProducer}}
+    params: {{start_value: 0, end_value: {last}}}
+  - name: picky
+    kind: processor
+    parents: [numbers]
+    component: {{builtin: videoflow.rs.processors.FailOn}}
+    params: {{values: [{BAD}], code: poison}}
+  - name: sink
+    kind: consumer
+    parents: [picky]
+    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
+    params: {{path: "{{{{DIR}}}}/out.jsonl"}}
+"#,
+            last = N - 1
+        ),
+    ));
+    h.provision();
+    // What the killed process held comes back after 2 s, not the default ack wait.
+    h.set_ack_wait("picky", "numbers", Duration::from_secs(2));
+    let url = h.nats.url();
+    let dlq = videoflow_core::naming::dlq_stream_name("handoff");
+    let port = videoflow_testkit::free_port().expect("port");
+    h.spawn("picky", 0, &[("VF_HEALTH_PORT", &port.to_string())]);
+    h.spawn("sink", 0, &[]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !ready(port) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "picky never ready:\n{}",
+            h.all_logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Past its setup, the DLQ goes away: every dead letter of this process is refused.
+    h.block_on(async {
+        let client = async_nats::connect(&url).await.expect("connect");
+        async_nats::jetstream::new(client)
+            .delete_stream(&dlq)
+            .await
+            .expect("delete the DLQ");
+    });
+    h.spawn("numbers", 0, &[]);
+    let handoffs = |h: &FlowHarness| records(h, "vf/handoff/r1/picky/handoff/");
+    while handoffs(&h).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no handoff recorded:\n{}",
+            h.all_logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let kept = handoffs(&h);
+    let record_id = kept.keys().next().expect("one").clone();
+    assert_eq!(record_id, format!("dlq:handoff:r1:picky:{}", BAD + 1));
+    assert_eq!(kept[&record_id]["headers"]["VF-Code"], "VF_POISON");
+    // The replacement recreates the DLQ at start and hands the letter off first.
+    h.kill("picky", 0);
+    h.spawn("picky", 0, &[]);
+    let exits = h.wait_all(Duration::from_secs(120));
+    let failed: Vec<_> = exits.iter().filter(|e| e.code != Some(0)).collect();
+    assert_eq!(
+        failed.len(),
+        1,
+        "only the killed picky: {exits:?}\n{}",
+        h.all_logs()
+    );
+    assert!(h.log("picky", 0).contains("pending dead letter handed off"));
+    assert!(handoffs(&h).is_empty(), "forgotten once accepted");
+    let letters = h.block_on(streams::read_stream(&url, &dlq));
+    assert_eq!(
+        letters.len(),
+        1,
+        "one dead letter under its id: {letters:#?}"
+    );
+    assert_eq!(letters[0].headers.get("Nats-Msg-Id"), Some(&record_id));
+    let mut values: Vec<i64> = h.jsonl("out.jsonl").iter().map(int_value).collect();
+    values.sort_unstable();
+    values.dedup();
+    assert_eq!(values, (0..N).filter(|v| *v != BAD).collect::<Vec<_>>());
 }

@@ -255,9 +255,11 @@ async fn build_loop<'a>(
             None,
         )
         .await?;
-        let bound =
-            broker::bind_data_durable(broker, &DurableRequest::data_for(cfg, parent, false))
-                .await?;
+        let bound = broker::bind_data_durable(
+            broker,
+            &DurableRequest::data_for(cfg, parent, ledger.durable_shared()),
+        )
+        .await?;
         let effective = bound.max_ack_pending();
         if cfg.parent_names.len() >= 2 && effective > 0 && effective < credit.item_credit {
             return Err(VfError::new(
@@ -310,7 +312,16 @@ async fn build_loop<'a>(
     let max_deliver = durables
         .first()
         .map_or(cfg.max_deliver(false), |d| d.max_deliver());
-    let settler = Settler::new(broker.clone(), cfg, max_deliver, blob.clone());
+    let mut settler = Settler::new(
+        broker.clone(),
+        cfg,
+        max_deliver,
+        blob.clone(),
+        ledger.clone(),
+    );
+    if ledger.durable_shared() {
+        settler.retry_handoffs().await; // DELIV-8: what an earlier process could not hand off
+    }
     let supervision = guards::Supervision::new(cfg, broker, &durables)?; // step 10
     let mut receiver = Receiver::new(
         cfg.clone(),

@@ -304,12 +304,18 @@ impl Receiver {
             self.skipped += 1;
             return;
         }
+        let durable = &self.data_durables[d.parent];
+        let message_id = d.header("Nats-Msg-Id").map_or_else(
+            || format!("{}:{}", durable.stream, d.stream_seq),
+            str::to_owned,
+        );
         let mut held = Held {
             handle: d.handle.clone(),
             raw: d.payload.clone(),
             stream_seq: d.stream_seq,
             num_delivered: d.num_delivered,
             blob_ref: None,
+            message_id,
         };
         let env = match envelope::decode_bytes(d.payload.clone()) {
             Ok(env) => env,
@@ -334,12 +340,11 @@ impl Receiver {
         // wait for it forever.
         if let Some(ledger) = &self.ledger {
             let durable = &self.data_durables[d.parent];
-            let id = d.header("Nats-Msg-Id").map_or_else(
-                || format!("{}:{}", durable.stream, d.stream_seq),
-                str::to_owned,
-            );
             let parent = self.parent_name(d.parent);
-            if let Err(e) = ledger.record_received(parent, &durable.name, &id).await {
+            if let Err(e) = ledger
+                .record_received(parent, &durable.name, &held.message_id)
+                .await
+            {
                 tracing::warn!(parent = %parent, "received id not recorded, handed back: {}", e.log_line());
                 let delay = nak_delay_seconds(held.num_delivered, random_jitter());
                 held.handle.nak(Some(Duration::from_secs_f64(delay))).await;

@@ -1,6 +1,9 @@
 //! Settling deliveries: ack after success (DELIV-2), the failure ladder after an error
 //! (DELIV-6/7/8, ERR-6), and the join's resolutions. Nothing is ever dropped silently: a
-//! dead letter that cannot be published keeps its message (NAK 5 s).
+//! dead letter that cannot be published keeps its message (NAK 5 s) and is kept in the run
+//! ledger as a pending handoff; a TERM without a dead letter names a record appended to the
+//! ledger's terminal log (DELIV-15); under `max_deliver = −1` the ledger counts the attempts
+//! (STREAM-15).
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +15,8 @@ use crate::blob::BlobStore;
 use crate::broker::{Broker, DeadLetter, DeadLetterOutcome, DeliveryHandle, publish_dead_letter};
 use crate::delivery::{DlqSampler, FailureAction, failure_action, random_jitter};
 use crate::join::Resolution;
+use crate::store::RunLedger;
+use crate::store::ledger::{PendingHandoff, TerminalRecord};
 
 /// NAK delay for a dead letter the DLQ did not accept (DELIV-8).
 const DLQ_RETRY_DELAY: Duration = Duration::from_secs(5);
@@ -39,6 +44,9 @@ pub(crate) struct Held {
     pub(crate) stream_seq: u64,
     pub(crate) num_delivered: u64,
     pub(crate) blob_ref: Option<String>,
+    /// The delivery's message id (`Nats-Msg-Id`, else `{stream}:{seq}`): the key of its
+    /// attempt count and terminal record.
+    pub(crate) message_id: String,
 }
 
 /// Counters the loops report (§12 names; the health server reads them with issue #4).
@@ -59,7 +67,10 @@ pub(crate) struct Settler {
     node: String,
     mode: DeliveryMode,
     max_deliver: i64,
+    /// `VF_MAX_RETRIES + 1`: the budget the ledger enforces when `max_deliver` is −1.
+    ledger_budget: i64,
     blob: Option<BlobStore>,
+    ledger: RunLedger,
     sampler: DlqSampler,
     started: Instant,
     pub(crate) counts: Counts,
@@ -71,6 +82,7 @@ impl Settler {
         cfg: &crate::config::WorkerConfig,
         max_deliver: i64,
         blob: Option<BlobStore>,
+        ledger: RunLedger,
     ) -> Self {
         Settler {
             broker,
@@ -79,7 +91,9 @@ impl Settler {
             node: cfg.node_name.clone(),
             mode: cfg.delivery,
             max_deliver,
+            ledger_budget: cfg.max_retries.max(0).saturating_add(1),
             blob,
+            ledger,
             sampler: DlqSampler::default(),
             started: Instant::now(),
             counts: Counts::default(),
@@ -116,13 +130,18 @@ impl Settler {
     /// carries the disposition it is handled with (ERR-2).
     pub(crate) async fn fail(&mut self, held: &[Held], error: &VfError, disposition: Disposition) {
         for h in held {
-            let action = failure_action(
-                disposition,
-                self.mode,
-                h.num_delivered,
-                self.max_deliver,
-                random_jitter(),
-            );
+            let (counted, budget) = self.attempt_count(h, disposition).await;
+            let action =
+                match failure_action(disposition, self.mode, counted, budget, random_jitter()) {
+                    // DELIV-7: the delay follows the broker's delivery count.
+                    FailureAction::Nak { .. } => FailureAction::Nak {
+                        delay_seconds: crate::delivery::nak_delay_seconds(
+                            h.num_delivered,
+                            random_jitter(),
+                        ),
+                    },
+                    other => other,
+                };
             match action {
                 FailureAction::Nak { delay_seconds } => {
                     h.handle
@@ -145,12 +164,85 @@ impl Settler {
                         self.dead_letter(h, error).await;
                     } else {
                         tracing::warn!(code = %error.code, stream_seq = h.stream_seq, "dead letter sampled out: {}", error.message);
-                        h.handle.term().await;
-                        self.counts.terminated += 1;
+                        self.terminate(h, error, "sampled-out").await;
                     }
                 }
             }
         }
+    }
+
+    /// The attempt count the ladder judges and the budget it is judged against: the broker's
+    /// delivery count under the broker's `max_deliver`, or — when the durable has none (−1)
+    /// and the ledger is durable and shared — the ledger's count of failed attempts including
+    /// this one (worker_fatal never counts) against `VF_MAX_RETRIES + 1` (STREAM-15). A ledger
+    /// that cannot be written falls back to the broker's count.
+    async fn attempt_count(&self, h: &Held, disposition: Disposition) -> (u64, i64) {
+        if self.max_deliver >= 0 || !self.ledger.durable_shared() {
+            return (h.num_delivered, self.max_deliver);
+        }
+        match self.ledger.record_attempt(&h.message_id, disposition).await {
+            Ok(n) if disposition == Disposition::WorkerFatal => (n + 1, self.ledger_budget),
+            Ok(n) => (n.max(1), self.ledger_budget),
+            Err(e) => {
+                tracing::warn!(message_id = %h.message_id, "attempt not counted in the ledger: {}", e.log_line());
+                (h.num_delivered, self.ledger_budget)
+            }
+        }
+    }
+
+    /// DELIV-15: TERM with a record reference — a terminal record appended to the ledger. A
+    /// record that cannot be written keeps the message (NAK 5 s): a TERM never goes unrecorded.
+    async fn terminate(&mut self, h: &Held, error: &VfError, reason: &str) {
+        let record = TerminalRecord {
+            message_id: &h.message_id,
+            stream_seq: h.stream_seq,
+            attempt: h.num_delivered,
+            code: error.code.code(),
+            reason,
+        };
+        match self.ledger.record_terminal(&record).await {
+            Ok(reference) => {
+                tracing::info!(record = %reference, stream_seq = h.stream_seq, "terminated");
+                h.handle.term().await;
+                self.counts.terminated += 1;
+            }
+            Err(e) => {
+                tracing::error!(
+                    stream_seq = h.stream_seq,
+                    "terminal record not written; keeping the message: {}",
+                    e.log_line()
+                );
+                h.handle.nak(Some(DLQ_RETRY_DELAY)).await;
+                self.counts.nacked += 1;
+            }
+        }
+    }
+
+    /// DELIV-8 at start: dead letters an earlier process could not publish, re-published
+    /// under their ids; each accepted one is forgotten. Returns how many were accepted.
+    pub(crate) async fn retry_handoffs(&mut self) -> usize {
+        let pending = match self.ledger.pending_handoffs().await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!("pending dead-letter handoffs unreadable: {}", e.log_line());
+                return 0;
+            }
+        };
+        let mut accepted = 0;
+        for handoff in pending {
+            let letter = letter_from_handoff(&self.flow, &self.run, &self.node, &handoff);
+            match publish_dead_letter(&self.broker, &letter).await {
+                DeadLetterOutcome::Accepted { msg_id, .. } => {
+                    tracing::info!(%msg_id, "pending dead letter handed off");
+                    let _ = self.ledger.clear_pending_handoff(&handoff.record_id).await;
+                    accepted += 1;
+                }
+                DeadLetterOutcome::NotAccepted { msg_id, reason } => {
+                    tracing::warn!(%msg_id, %reason, "pending dead letter still not accepted");
+                }
+            }
+        }
+        accepted
     }
 
     /// NAK without counting a failure (worker_fatal, SIGTERM hand-back).
@@ -177,12 +269,48 @@ impl Settler {
                 tracing::warn!(code = %error.code, %msg_id, "dead-lettered: {}", error.message);
                 h.handle.term().await;
                 self.counts.dead_lettered += 1;
+                if h.num_delivered > 1 {
+                    // An earlier attempt may have left a handoff for this id.
+                    let _ = self.ledger.clear_pending_handoff(&msg_id).await;
+                }
             }
             DeadLetterOutcome::NotAccepted { msg_id, reason } => {
                 tracing::error!(%msg_id, %reason, "dead letter not accepted; keeping the message");
+                let headers = letter.headers().into_iter().collect();
+                if let Err(e) = self
+                    .ledger
+                    .record_pending_handoff(&msg_id, &headers, &letter.raw)
+                    .await
+                {
+                    tracing::warn!(%msg_id, "pending handoff not recorded: {}", e.log_line());
+                }
                 h.handle.nak(Some(DLQ_RETRY_DELAY)).await;
                 self.counts.nacked += 1;
             }
         }
+    }
+}
+
+/// A dead letter rebuilt from a pending handoff (its DELIV-8 headers and raw bytes); the
+/// original's stream sequence is the record id's last field.
+fn letter_from_handoff(flow: &str, run: &str, node: &str, h: &PendingHandoff) -> DeadLetter {
+    let header = |name: &str| h.headers.get(name).cloned().unwrap_or_default();
+    let remedy = header("VF-Remedy");
+    DeadLetter {
+        flow: flow.to_owned(),
+        run: run.to_owned(),
+        node: node.to_owned(),
+        code: header("VF-Code"),
+        disposition: Disposition::parse(&header("VF-Disposition")),
+        error: header("VF-Error"),
+        remedy: (!remedy.is_empty()).then_some(remedy),
+        num_delivered: header("VF-Num-Delivered").parse().unwrap_or(0),
+        stream_seq: h
+            .record_id
+            .rsplit(':')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
+        raw: Bytes::from(h.raw.clone()),
     }
 }
