@@ -247,7 +247,10 @@ impl Bench {
             let log = File::create(self.dir.join(format!("{node}.{replica}.log")))
                 .map_err(|e| e.to_string())?;
             let err = log.try_clone().map_err(|e| e.to_string())?;
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_videoflow-worker"));
+            // `VF_BENCH_WORKER_BIN` runs another build of the worker (e.g. another profile).
+            let bin = std::env::var("VF_BENCH_WORKER_BIN")
+                .unwrap_or_else(|_| env!("CARGO_BIN_EXE_videoflow-worker").to_owned());
+            let mut cmd = Command::new(bin);
             cmd.env_clear()
                 .envs(vars)
                 .env(
@@ -751,7 +754,13 @@ fn identity_once(rt: &tokio::runtime::Runtime, redis: &str, n: u64, tck: f64) ->
     // The stages first, then the producer: a BATCH stream holds at most 10 000 messages
     // (STREAM-3, discard new), so n ≥ 20 000 cannot be prefilled; the producer is ~3× faster
     // than the hop, so the identity stage always has a backlog and sets the pace.
-    b.spawn("same", &[])?;
+    // `VF_BENCH_STAGE_ENV=K=V,K=V`: extra variables for the identity stage (diagnosis).
+    let stage_env = std::env::var("VF_BENCH_STAGE_ENV").unwrap_or_default();
+    let stage_env: Vec<(&str, &str)> = stage_env
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .collect();
+    b.spawn("same", &stage_env)?;
     b.spawn("sink", &[])?;
     b.idle(Duration::from_secs(2));
     b.spawn("src", &[])?;
@@ -981,6 +990,115 @@ fn latency(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts) -> R<Json> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// (8 idle) What an idle worker's resident memory is made of.
+
+/// `/proc/<pid>/smaps` summed by kind of mapping, in KiB of `Rss`: the binary's own mappings
+/// (text, data), other files (shared libraries, locale), the `[heap]`, anonymous mappings
+/// (thread stacks, malloc arenas of other threads, large allocations) and the rest; plus
+/// `smaps_rollup`'s anonymous / file split and the thread count.
+fn smaps_breakdown(pid: u32) -> Option<Json> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let exe = exe.to_string_lossy().into_owned();
+    let mut by: std::collections::BTreeMap<&'static str, u64> = Default::default();
+    let mut anon_maps: Vec<(u64, u64)> = Vec::new(); // (size KiB, rss KiB)
+    let mut kind: &'static str = "other";
+    let mut size = 0u64;
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        let first = words.next().unwrap_or("");
+        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            let path = line.split_whitespace().nth(5).unwrap_or("");
+            kind = match path {
+                "" => "anonymous",
+                "[heap]" => "heap",
+                "[stack]" => "main_stack",
+                p if p == exe => "binary",
+                p if p.starts_with('[') => "kernel",
+                _ => "other_files",
+            };
+            continue;
+        }
+        let value = || words.clone().next().and_then(|v| v.parse::<u64>().ok());
+        match first {
+            "Size:" => size = value().unwrap_or(0),
+            "Rss:" => {
+                let rss = value().unwrap_or(0);
+                *by.entry(kind).or_default() += rss;
+                if kind == "anonymous" && rss > 0 {
+                    anon_maps.push((size, rss));
+                }
+            }
+            _ => {}
+        }
+    }
+    anon_maps.sort_by_key(|m| std::cmp::Reverse(m.1));
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let field = |key: &str| {
+        rollup.lines().find_map(|l| {
+            l.strip_prefix(key)
+                .and_then(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+        })
+    };
+    let (rss, anon) = (field("Rss:"), field("Anonymous:"));
+    let threads =
+        proc_field(&format!("/proc/{pid}/status"), "Threads").and_then(|v| v.parse::<u64>().ok());
+    Some(json!({
+        "rss_kib_by_mapping": by,
+        // Private anonymous pages (heap, stacks, arenas, relocated data) vs file pages (the
+        // binary's and the libraries' code and read-only data, shared through the page cache).
+        "rss_anon_kib": anon, "rss_file_kib": rss.zip(anon).map(|(r, a)| r.saturating_sub(a)),
+        "pss_kib": field("Pss:"),
+        "largest_anonymous_kib": anon_maps.iter().take(8)
+            .map(|(s, r)| json!({"size": s, "rss": r})).collect::<Vec<_>>(),
+        "threads": threads,
+    }))
+}
+
+/// An identity stage and its sink started, no producer: after 2 s each is idle in its pull
+/// loop. Records RSS and its breakdown; `VF_BENCH_HOLD_S` keeps them alive that many seconds
+/// more for inspection (pids are logged); `VF_BENCH_IDLE_ENV` adds variables.
+fn idle_rss(rt: &tokio::runtime::Runtime, redis: &str) -> R<Json> {
+    let yaml = flow_yaml(
+        "batch",
+        false,
+        &[
+            frames_node("src", 32, 32, 1, 10, None),
+            identity_node("same", "src"),
+            void_node("sink", "same"),
+        ],
+    );
+    let mut b = Bench::new(rt, redis, &yaml)?;
+    // `VF_BENCH_IDLE_ENV=K=V,K=V`: extra variables for both workers (e.g. thread counts).
+    let extra_text = std::env::var("VF_BENCH_IDLE_ENV").unwrap_or_default();
+    let extra: Vec<(&str, &str)> = extra_text
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .collect();
+    b.spawn("same", &extra)?;
+    b.spawn("sink", &extra)?;
+    b.idle(Duration::from_secs(2));
+    let mut rows = Vec::new();
+    for p in b.procs.iter().filter(|p| p.exit.is_none()) {
+        let pid = p.child.id();
+        let rss = sample_proc(pid).map(|s| s.1);
+        log(format!("idle {} pid {pid}: VmRSS {rss:?} KiB", p.node));
+        rows.push(json!({
+            "node": p.node, "pid": pid, "rss_kib": rss, "breakdown": smaps_breakdown(pid),
+        }));
+    }
+    if let Some(hold) = std::env::var("VF_BENCH_HOLD_S")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        b.idle(Duration::from_secs(hold));
+    }
+    let r = json!({ "extra_env": extra_text, "procs": rows });
+    log(format!("idle rss: {r}"));
+    Ok(r)
+}
+
+// ---------------------------------------------------------------------------------------------
 // (4) REALTIME overload.
 
 fn overload(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts) -> R<Json> {
@@ -1198,6 +1316,7 @@ fn main() {
             "component_boundary",
             Box::new(|| boundary(&rt, &redis_url, &o)),
         ),
+        ("idle_rss", Box::new(|| idle_rss(&rt, &redis_url))),
         ("latency", Box::new(|| latency(&rt, &redis_url, &o))),
         (
             "realtime_overload",

@@ -137,24 +137,46 @@ fn run_node(component: Option<Vec<String>>) -> ExitCode {
             serde_json::json!(argv).to_string(),
         );
     }
-    block_on(true, |signals| async move {
+    block_on(true, node_worker_threads(), |signals| async move {
         videoflow_worker::runtime::run_node(&vars, signals).await
     })
 }
 
-/// Runs `job` on a multi-threaded runtime (the loops call nodes with `block_in_place`) and
-/// turns its exit status into the process's. With `signals`, SIGTERM/SIGINT set flags the job
+/// Runtime worker threads of a node replica, unless `TOKIO_WORKER_THREADS` says otherwise.
+const NODE_WORKER_THREADS: usize = 2;
+
+/// A node replica runs one loop, on the thread that calls `block_on` (so `block_in_place`
+/// there costs no hand-off); the runtime's workers only carry its I/O (the connection, pull
+/// loops, receipts and acks, keepalive, health), which two threads keep apart from the loop
+/// as well as more would. Tokio's default is one worker per CPU the process may use, which
+/// on a large host without a CPU limit means dozens of threads, each with its own stack and,
+/// once it allocates, its own malloc arena (measured idle: about 25 KiB of private memory
+/// per extra thread, more under load; issue #12). `TOKIO_WORKER_THREADS`, tokio's own
+/// variable, still wins when set.
+fn node_worker_threads() -> Option<usize> {
+    if std::env::var_os("TOKIO_WORKER_THREADS").is_some() {
+        return None;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    Some(cpus.min(NODE_WORKER_THREADS))
+}
+
+/// Runs `job` on a multi-threaded runtime (the loops call nodes with `block_in_place`) with
+/// `worker_threads` workers (tokio's default when `None`) and turns its exit status into the
+/// process's. With `signals`, SIGTERM/SIGINT set flags the job
 /// reads instead of killing the process. Pull loops and timers may still be winding down
 /// afterwards; the status is already decided.
-fn block_on<F, Fut>(signals: bool, job: F) -> ExitCode
+fn block_on<F, Fut>(signals: bool, worker_threads: Option<usize>, job: F) -> ExitCode
 where
     F: FnOnce(Signals) -> Fut,
     Fut: std::future::Future<Output = i32>,
 {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Some(n) = worker_threads {
+        builder.worker_threads(n.max(1));
+    }
+    let runtime = match builder.build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot start the async runtime: {e}");
@@ -219,7 +241,7 @@ fn init_logging() {
 /// `run`: the local runner on a multi-threaded runtime; Ctrl-C drains instead of killing.
 fn run_local(opts: videoflow_worker::local::RunOptions) -> ExitCode {
     init_logging();
-    block_on(true, |signals| async move {
+    block_on(true, None, |signals| async move {
         videoflow_worker::local::run_flow(opts, signals.interrupt.clone()).await
     })
 }
@@ -228,7 +250,7 @@ fn run_local(opts: videoflow_worker::local::RunOptions) -> ExitCode {
 fn run_job(teardown: bool) -> ExitCode {
     init_logging();
     let vars: BTreeMap<String, String> = std::env::vars().collect();
-    block_on(false, |_signals| async move {
+    block_on(false, None, |_signals| async move {
         if teardown {
             videoflow_worker::teardown::run_teardown_job(&vars).await
         } else {
