@@ -150,6 +150,25 @@ def main():
             worst = max(idle) / 1024
             summary["idle_rss_mib_max"] = worst
             row("Worker RSS idle, max over stages (MiB)", fmt(worst, 1), "≤ 10 MiB", worst <= 10)
+    dl = flow.get("drain_ledger", {})
+    if "depths" in dl:
+        for d in dl["depths"]:
+            limit = 1.0 + 0.25 * d["depth"]
+            row(f"Drain after EOS with the run ledger (EOS-7 barrier), depth {d['depth']} (s)", fmt(d["drain_s"], 2),
+                f"≤ {limit:.2f} s", d["drain_s"] <= limit if d["drain_s"] == d["drain_s"] else None)
+        summary["ledger_marginal_drain_s_per_hop"] = dl["marginal_drain_s_per_hop"]
+        row("Drain with the run ledger, marginal per hop (s)", fmt(dl["marginal_drain_s_per_hop"], 3), "≤ 0.25 s",
+            dl["marginal_drain_s_per_hop"] <= 0.25)
+    ir = flow.get("idle_rss", {})
+    for p in ir.get("procs", []):
+        b = p.get("breakdown") or {}
+        rss = p.get("rss_kib")
+        if rss is None:
+            continue
+        row(f"Idle RSS breakdown, {p['node']}: VmRSS / file-backed / private / Pss (MiB; threads)",
+            f"{fmt(rss / 1024, 1)} / {fmt((b.get('rss_file_kib') or 0) / 1024, 1)} / "
+            f"{fmt((b.get('rss_anon_kib') or 0) / 1024, 2)} / {fmt((b.get('pss_kib') or 0) / 1024, 1)} ({b.get('threads')})",
+            "(≤ 10 MiB)", rss / 1024 <= 10)
     if "rss_steady_identity_kib" in ident:
         s = ident["rss_steady_identity_kib"]
         mib = {k: (v / 1024 if isinstance(v, (int, float)) else v) for k, v in s.items() if k != "values"}

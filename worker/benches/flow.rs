@@ -906,7 +906,15 @@ fn boundary(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts) -> R<Json> {
 // ---------------------------------------------------------------------------------------------
 // (3) + (7) + (8 idle) Per-hop latency at 50 msg/s and the end-of-stream drain per depth.
 
-fn latency_depth(rt: &tokio::runtime::Runtime, redis: &str, depth: usize, count: u64) -> R<Json> {
+/// `ledger`: the flow runs on a shared `file://` run ledger, so every parent ends by the
+/// EOS-7 barrier (counted) instead of the EOS-3 quiescence window (waited).
+fn latency_depth(
+    rt: &tokio::runtime::Runtime,
+    redis: &str,
+    depth: usize,
+    count: u64,
+    ledger: bool,
+) -> R<Json> {
     let mut nodes = vec![frames_node("src", 32, 32, 1, count, Some(50.0))];
     let mut parent = "src".to_owned();
     for i in 1..=depth {
@@ -915,7 +923,15 @@ fn latency_depth(rt: &tokio::runtime::Runtime, redis: &str, depth: usize, count:
         parent = name;
     }
     nodes.push(jsonl_node("sink", &parent));
-    let mut b = Bench::new(rt, redis, &flow_yaml("batch", false, &nodes))?;
+    let mut yaml = flow_yaml("batch", false, &nodes);
+    if ledger {
+        yaml = yaml.replacen(
+            "  nodes:\n",
+            "  runtimeStore: {url: \"file://{{DIR}}/ledger\"}\n  nodes:\n",
+            1,
+        );
+    }
+    let mut b = Bench::new(rt, redis, &yaml)?;
     for i in 1..=depth {
         b.spawn(&format!("hop{i}"), &[])?;
     }
@@ -957,7 +973,7 @@ fn latency(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts) -> R<Json> {
     let depths = [1usize, 2, 4, 8];
     let mut rows = Vec::new();
     for d in depths {
-        let r = latency_depth(rt, redis, d, count)?;
+        let r = latency_depth(rt, redis, d, count, false)?;
         log(format!(
             "latency depth {d}: median {:.2} ms p95 {:.2} ms drain {:.2} s ok {}",
             r["median_ms"].as_f64().unwrap_or(f64::NAN),
@@ -984,6 +1000,35 @@ fn latency(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts) -> R<Json> {
         "rate_msgs_s": 50, "count": count, "payload_bytes": KIB,
         "marginal_median_ms_per_hop": slope(&xs, &med),
         "marginal_p95_ms_per_hop": slope(&xs, &p95),
+        "marginal_drain_s_per_hop": slope(&xs, &drain),
+        "depths": rows,
+    }))
+}
+
+/// (7) with the run ledger: the same chains on a shared `file://` ledger (what `videoflow-worker
+/// run` gives every local run), so drain is the EOS-7 barrier's — every replica's terminator
+/// recorded and every id counted — with no quiescence window per hop.
+fn drain_ledger(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts) -> R<Json> {
+    let count = o.pick(100, 40);
+    let depths = [1usize, 2, 4, 8];
+    let mut rows = Vec::new();
+    for d in depths {
+        let r = latency_depth(rt, redis, d, count, true)?;
+        log(format!(
+            "ledger depth {d}: median {:.2} ms drain {:.2} s ok {}",
+            r["median_ms"].as_f64().unwrap_or(f64::NAN),
+            r["drain_s"].as_f64().unwrap_or(f64::NAN),
+            r["ok"]
+        ));
+        rows.push(r);
+    }
+    let xs: Vec<f64> = depths.iter().map(|d| *d as f64).collect();
+    let drain: Vec<f64> = rows
+        .iter()
+        .map(|r| r["drain_s"].as_f64().unwrap_or(f64::NAN))
+        .collect();
+    Ok(json!({
+        "rate_msgs_s": 50, "count": count, "store": "file",
         "marginal_drain_s_per_hop": slope(&xs, &drain),
         "depths": rows,
     }))
@@ -1318,6 +1363,10 @@ fn main() {
         ),
         ("idle_rss", Box::new(|| idle_rss(&rt, &redis_url))),
         ("latency", Box::new(|| latency(&rt, &redis_url, &o))),
+        (
+            "drain_ledger",
+            Box::new(|| drain_ledger(&rt, &redis_url, &o)),
+        ),
         (
             "realtime_overload",
             Box::new(|| overload(&rt, &redis_url, &o)),
