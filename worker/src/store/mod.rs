@@ -28,8 +28,8 @@ use videoflow_core::partition::py_repr_str;
 use videoflow_core::scaling::Observation;
 
 pub use file::FileStore;
-pub use ledger::RunLedger;
 pub use lease::{LeaseHolder, SlotClaim, claim_slot};
+pub use ledger::RunLedger;
 pub use memory::MemoryStore;
 pub use redis::{RedisStore, redis_durability};
 
