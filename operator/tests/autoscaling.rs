@@ -392,10 +392,8 @@ fn status_nodes_carry_the_scaler_decision() {
 
 #[test]
 fn rendered_scaled_objects_fit_the_keda_crd_schema() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../config/keda/scaledobjects.keda.sh.yaml"
-    );
+    let path = videoflow_testkit::manifest_dir(env!("CARGO_MANIFEST_DIR"))
+        .join("../config/keda/scaledobjects.keda.sh.yaml");
     let text = std::fs::read_to_string(path).expect("the KEDA CRD file");
     let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("a CRD");
     assert_eq!(crd.metadata.name.as_deref(), Some("scaledobjects.keda.sh"));

@@ -16,7 +16,7 @@ use videoflow_operator::crd::{
 };
 
 fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    videoflow_testkit::manifest_dir(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("the operator crate sits inside the workspace")
         .to_path_buf()

@@ -36,7 +36,7 @@ const RELEASE_NS: &str = "videoflow-system";
 type Grant = (String, String, String);
 
 fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    videoflow_testkit::manifest_dir(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("the operator crate sits inside the workspace")
         .to_path_buf()

@@ -23,7 +23,7 @@ use videoflow_operator::render::{
 const UID: &str = "6f1c2d3e-0000-4000-8000-000000000001";
 
 fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    videoflow_testkit::manifest_dir(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("the operator crate sits inside the workspace")
         .to_path_buf()
@@ -95,7 +95,7 @@ fn check_snapshot(sample: &Path) {
     let yaml = render::render(&with_uid(flow(&text)), &config())
         .and_then(|r| r.to_yaml())
         .unwrap_or_else(|e| panic!("{stem} renders: {e}"));
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let path = videoflow_testkit::manifest_dir(env!("CARGO_MANIFEST_DIR"))
         .join("tests/snapshots")
         .join(format!("{stem}.yaml"));
     if std::env::var("VF_UPDATE_SNAPSHOTS").as_deref() == Ok("1") {

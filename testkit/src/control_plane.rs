@@ -202,7 +202,7 @@ impl Drop for ControlPlane {
 /// `scripts/testenv` of this checkout, or `VF_TESTENV_SCRIPT`.
 fn script() -> PathBuf {
     std::env::var_os("VF_TESTENV_SCRIPT").map_or_else(
-        || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/testenv")),
+        || crate::manifest_dir(env!("CARGO_MANIFEST_DIR")).join("../scripts/testenv"),
         PathBuf::from,
     )
 }

@@ -61,3 +61,16 @@ pub enum TestkitError {
         log: String,
     },
 }
+
+/// The crate directory a test runs for: `CARGO_MANIFEST_DIR` as Cargo sets it when it runs
+/// the test, else `compiled` (pass `env!("CARGO_MANIFEST_DIR")`).
+///
+/// Why not `env!` alone: the target directory is shared between checkouts
+/// (`~/.cache/videoflow/target`), so a test binary built in another clone whose sources are
+/// no newer is reused as fresh — with that clone's path compiled in.
+pub fn manifest_dir(compiled: &'static str) -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
+        || std::path::PathBuf::from(compiled),
+        std::path::PathBuf::from,
+    )
+}

@@ -76,7 +76,7 @@ fn log(msg: impl AsRef<str>) {
 }
 
 fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    videoflow_testkit::manifest_dir(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map(PathBuf::from)
         .unwrap_or_default()

@@ -32,7 +32,7 @@ use videoflow_worker::broker::{self, DurableRequest};
 use videoflow_worker::config::WorkerConfig;
 
 fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    videoflow_testkit::manifest_dir(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("workspace root")
         .to_path_buf()

@@ -103,7 +103,7 @@ while True:
 "#;
 
 fn sdk_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    videoflow_testkit::manifest_dir(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("workspace root")
         .join("sdk/python")

@@ -2,7 +2,6 @@
 //! local runner) is exactly what the worker parses (ENV-*): every node of every sample Flow.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use videoflow_core::compile::compile;
 use videoflow_core::env::{EnvContext, EnvValue, render_node_env};
@@ -11,7 +10,7 @@ use videoflow_core::model::NodeKind;
 use videoflow_worker::config::WorkerConfig;
 
 fn samples() -> Vec<std::path::PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/samples");
+    let dir = videoflow_testkit::manifest_dir(env!("CARGO_MANIFEST_DIR")).join("../config/samples");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(Result::ok)

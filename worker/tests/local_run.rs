@@ -36,7 +36,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    videoflow_testkit::manifest_dir(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("the worker crate sits inside the workspace")
         .to_path_buf()

@@ -59,7 +59,7 @@ pub fn reference_python() -> PathBuf {
 }
 
 fn helper_script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance/refhelper.py")
+    manifest_dir().join("../tests/conformance/refhelper.py")
 }
 
 fn start() -> Helper {
@@ -540,4 +540,11 @@ pub fn msg_type_of(word: &str) -> MsgType {
 /// A metadata map from pairs.
 pub fn meta(pairs: Vec<(String, Value)>) -> BTreeMap<String, Value> {
     pairs.into_iter().collect()
+}
+
+/// The crate directory: `CARGO_MANIFEST_DIR` as Cargo sets it when it runs the test, else the
+/// compiled-in one (the shared target dir may hold a binary built in another checkout).
+pub fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
 }

@@ -12,12 +12,19 @@ use std::path::PathBuf;
 use base64::Engine as _;
 use videoflow_core::value::{Tensor, Value};
 
+/// The crate directory: `CARGO_MANIFEST_DIR` as Cargo sets it when it runs the test, else the
+/// compiled-in one (the shared target dir may hold a binary built in another checkout).
+pub fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+}
+
 /// Where the golden vectors live: `$VF_VECTORS_DIR`, else `<repo>/../shared/vectors`.
 pub fn vectors_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("VF_VECTORS_DIR") {
         return PathBuf::from(dir);
     }
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let repo = manifest_dir().join("..");
     let dir = repo.join("..").join("shared").join("vectors");
     assert!(
         dir.is_dir(),

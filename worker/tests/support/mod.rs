@@ -83,7 +83,7 @@ pub fn reference_python() -> PathBuf {
 /// `tests/conformance`: the reference helpers and the Python twins of our test nodes
 /// (`interop_nodes.py`), put on the reference worker's `PYTHONPATH`.
 pub fn conformance_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance")
+    videoflow_testkit::manifest_dir(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance")
 }
 
 /// The reference worker's `PYTHONPATH`: `tests/conformance` (the twins) and
