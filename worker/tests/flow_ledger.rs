@@ -47,6 +47,34 @@ fn ledger_flow(name: &str, store: &str, sink_extra: &str) -> String {
     )
 }
 
+/// numbers → picky (`FailOn` failing `values` with `code`, `delivery` when given) → sink, on
+/// the file ledger: the settlement flows.
+fn failing_flow(name: &str, delivery: Option<&str>, values: &[i64], code: &str) -> String {
+    let delivery = delivery.map_or_else(String::new, |d| format!("    delivery: {d}\n"));
+    batch_flow(
+        name,
+        &format!("  runId: r1\n  runtimeStore: {{url: \"{FILE_LEDGER}\"}}\n"),
+        &format!(
+            r#"  - name: numbers
+    kind: producer
+    component: {{builtin: videoflow.producers.basic.IntProducer}}
+    params: {{start_value: 0, end_value: {last}}}
+  - name: picky
+    kind: processor
+    parents: [numbers]
+{delivery}    component: {{builtin: videoflow.rs.processors.FailOn}}
+    params: {{values: {values:?}, code: {code}}}
+  - name: sink
+    kind: consumer
+    parents: [picky]
+    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
+    params: {{path: "{{{{DIR}}}}/out.jsonl"}}
+"#,
+            last = N - 1
+        ),
+    )
+}
+
 /// The run's ledger store: the durable Redis when the harness started one, else the file.
 fn ledger_store(h: &FlowHarness) -> RuntimeStore {
     let url = h
@@ -204,28 +232,7 @@ fn eos_2_a_restarted_consumer_starts_from_the_recorded_terminators() {
 #[test]
 fn stream_15_the_ledger_counts_transient_attempts_then_dead_letters() {
     const BAD: i64 = 5;
-    let mut h = FlowHarness::new(&batch_flow(
-        "budget",
-        &format!("  runId: r1\n  runtimeStore: {{url: \"{FILE_LEDGER}\"}}\n"),
-        &format!(
-            r#"  - name: numbers
-    kind: producer
-    component: {{builtin: videoflow.producers.basic.IntProducer}}
-    params: {{start_value: 0, end_value: {last}}}
-  - name: picky
-    kind: processor
-    parents: [numbers]
-    component: {{builtin: videoflow.rs.processors.FailOn}}
-    params: {{values: [{BAD}], code: transient}}
-  - name: sink
-    kind: consumer
-    parents: [picky]
-    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
-    params: {{path: "{{{{DIR}}}}/out.jsonl"}}
-"#,
-            last = N - 1
-        ),
-    ));
+    let mut h = FlowHarness::new(&failing_flow("budget", None, &[BAD], "transient"));
     h.provision();
     let url = h.nats.url();
     let stream = videoflow_core::naming::stream_name("budget", "r1", "numbers");
@@ -272,29 +279,11 @@ fn stream_15_the_ledger_counts_transient_attempts_then_dead_letters() {
 #[test]
 fn deliv_15_sampled_out_deliveries_are_recorded_in_the_terminal_log() {
     const BAD: [i64; 8] = [2, 4, 6, 8, 10, 12, 14, 16];
-    let mut h = FlowHarness::new(&batch_flow(
+    let mut h = FlowHarness::new(&failing_flow(
         "sampled",
-        &format!("  runId: r1\n  runtimeStore: {{url: \"{FILE_LEDGER}\"}}\n"),
-        &format!(
-            r#"  - name: numbers
-    kind: producer
-    component: {{builtin: videoflow.producers.basic.IntProducer}}
-    params: {{start_value: 0, end_value: {last}}}
-  - name: picky
-    kind: processor
-    parents: [numbers]
-    delivery: best-effort
-    component: {{builtin: videoflow.rs.processors.FailOn}}
-    params: {{values: {bad:?}, code: poison}}
-  - name: sink
-    kind: consumer
-    parents: [picky]
-    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
-    params: {{path: "{{{{DIR}}}}/out.jsonl"}}
-"#,
-            last = N - 1,
-            bad = BAD,
-        ),
+        Some("best-effort"),
+        &BAD,
+        "poison",
     ));
     h.start();
     let exits = h.wait_all(Duration::from_secs(120));
@@ -366,44 +355,26 @@ fn ready(port: u16) -> bool {
 #[test]
 fn deliv_8_a_refused_dead_letter_is_kept_and_handed_off_by_the_next_process() {
     const BAD: i64 = 3;
-    let mut h = FlowHarness::new(&batch_flow(
-        "handoff",
-        &format!("  runId: r1\n  runtimeStore: {{url: \"{FILE_LEDGER}\"}}\n"),
-        &format!(
-            r#"  - name: numbers
-    kind: producer
-    component: {{builtin: videoflow.producers.basic.IntProducer}}
-    params: {{start_value: 0, end_value: {last}}}
-  - name: picky
-    kind: processor
-    parents: [numbers]
-    component: {{builtin: videoflow.rs.processors.FailOn}}
-    params: {{values: [{BAD}], code: poison}}
-  - name: sink
-    kind: consumer
-    parents: [picky]
-    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
-    params: {{path: "{{{{DIR}}}}/out.jsonl"}}
-"#,
-            last = N - 1
-        ),
-    ));
+    let mut h = FlowHarness::new(&failing_flow("handoff", None, &[BAD], "poison"));
     h.provision();
     // What the killed process held comes back after 2 s, not the default ack wait.
     h.set_ack_wait("picky", "numbers", Duration::from_secs(2));
     let url = h.nats.url();
     let dlq = videoflow_core::naming::dlq_stream_name("handoff");
-    let port = videoflow_testkit::free_port().expect("port");
-    h.spawn("picky", 0, &[("VF_HEALTH_PORT", &port.to_string())]);
-    h.spawn("sink", 0, &[]);
+    // Both picky and the sink ensure the DLQ stream while they set up: wait until both are
+    // past it (HEALTH-1 ready), or a slow sink would re-create what the test deletes.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !ready(port) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "picky never ready:\n{}",
-            h.all_logs()
-        );
-        std::thread::sleep(Duration::from_millis(50));
+    for node in ["picky", "sink"] {
+        let port = videoflow_testkit::free_port().expect("port");
+        h.spawn(node, 0, &[("VF_HEALTH_PORT", &port.to_string())]);
+        while !ready(port) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{node} never ready:\n{}",
+                h.all_logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
     // Past its setup, the DLQ goes away: every dead letter of this process is refused.
     h.block_on(async {
