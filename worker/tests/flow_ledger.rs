@@ -273,6 +273,40 @@ fn stream_15_the_ledger_counts_transient_attempts_then_dead_letters() {
     assert_eq!(doc["transient"].as_u64(), Some(2), "{doc}");
 }
 
+/// STREAM-15's fallback: a durable provisioned without a broker cap (the Flow's ledger read
+/// back durable) bound by a worker whose own ledger is process-local still stops retrying at
+/// `VF_MAX_RETRIES + 1` — by the broker's delivery count — instead of retrying for ever.
+#[test]
+fn stream_15_without_a_ledger_to_count_in_the_broker_count_still_bounds_retries() {
+    const BAD: i64 = 5;
+    let mut h = FlowHarness::new(&failing_flow("nocount", None, &[BAD], "transient"));
+    h.provision();
+    for node in ["numbers", "sink"] {
+        h.spawn(node, 0, &[("VF_MAX_RETRIES", "1")]);
+    }
+    h.spawn(
+        "picky",
+        0,
+        &[
+            ("VF_MAX_RETRIES", "1"),
+            ("VF_RUNTIME_STORE_URL", "memory://"),
+        ],
+    );
+    let exits = h.wait_all(Duration::from_secs(120));
+    h.assert_all_ok(&exits);
+    assert_eq!(h.jsonl("out.jsonl").len(), N as usize - 1);
+    let dlq = h.block_on(streams::read_stream(
+        &h.nats.url(),
+        &videoflow_core::naming::dlq_stream_name("nocount"),
+    ));
+    assert_eq!(dlq.len(), 1, "{dlq:#?}");
+    assert_eq!(
+        dlq[0].headers.get("VF-Num-Delivered").map(String::as_str),
+        Some("2")
+    );
+    assert!(records(&h, "vf/nocount/r1/picky/attempts/").is_empty());
+}
+
 /// DELIV-15 / ERR-6: a best-effort node dead-letters at most 5 specimens per code per
 /// minute; every other poison delivery is TERMed with a record appended to the ledger's
 /// terminal log — nothing ends unrecorded.

@@ -175,10 +175,15 @@ impl Settler {
     /// delivery count under the broker's `max_deliver`, or — when the durable has none (−1)
     /// and the ledger is durable and shared — the ledger's count of failed attempts including
     /// this one (worker_fatal never counts) against `VF_MAX_RETRIES + 1` (STREAM-15). A ledger
-    /// that cannot be written falls back to the broker's count.
+    /// that cannot be written — or a durable without a cap bound by a worker whose own ledger
+    /// does not read back durable and shared — falls back to the broker's count against the
+    /// same budget: a transient failure is never retried without bound.
     async fn attempt_count(&self, h: &Held, disposition: Disposition) -> (u64, i64) {
-        if self.max_deliver >= 0 || !self.ledger.durable_shared() {
+        if self.max_deliver >= 0 {
             return (h.num_delivered, self.max_deliver);
+        }
+        if !self.ledger.durable_shared() {
+            return (h.num_delivered, self.ledger_budget);
         }
         match self.ledger.record_attempt(&h.message_id, disposition).await {
             Ok(n) if disposition == Disposition::WorkerFatal => (n + 1, self.ledger_budget),
