@@ -12,9 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde_json::Value as Json;
-use videoflow_worker::store::RuntimeStore;
 
-use flows_common::{batch_flow, int_value};
+use flows_common::{batch_flow, int_value, ledger_docs, ledger_log, ledger_spec, numbers_to_sink};
 use support::FlowHarness;
 
 const N: i64 = 60;
@@ -23,27 +22,12 @@ const N: i64 = 60;
 const FILE_LEDGER: &str = "file://{{DIR}}/ledger";
 
 fn ledger_flow(name: &str, store: &str, sink_extra: &str) -> String {
+    let same =
+        "    replicas: 3\n    component: {builtin: videoflow.processors.basic.IdentityProcessor}\n";
     batch_flow(
         name,
-        &format!("  runId: r1\n  runtimeStore: {{url: \"{store}\"}}\n"),
-        &format!(
-            r#"  - name: numbers
-    kind: producer
-    component: {{builtin: videoflow.producers.basic.IntProducer}}
-    params: {{start_value: 0, end_value: {last}}}
-  - name: same
-    kind: processor
-    replicas: 3
-    parents: [numbers]
-    component: {{builtin: videoflow.processors.basic.IdentityProcessor}}
-  - name: sink
-    kind: consumer
-    parents: [same]
-    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
-    params: {{path: "{{{{DIR}}}}/out.jsonl"{sink_extra}}}
-"#,
-            last = N - 1
-        ),
+        &ledger_spec(store),
+        &numbers_to_sink(N, "same", same, sink_extra),
     )
 }
 
@@ -51,59 +35,30 @@ fn ledger_flow(name: &str, store: &str, sink_extra: &str) -> String {
 /// the file ledger: the settlement flows.
 fn failing_flow(name: &str, delivery: Option<&str>, values: &[i64], code: &str) -> String {
     let delivery = delivery.map_or_else(String::new, |d| format!("    delivery: {d}\n"));
+    let picky = format!(
+        "{delivery}    component: {{builtin: videoflow.rs.processors.FailOn}}\n    params: {{values: {values:?}, code: {code}}}\n"
+    );
     batch_flow(
         name,
-        &format!("  runId: r1\n  runtimeStore: {{url: \"{FILE_LEDGER}\"}}\n"),
-        &format!(
-            r#"  - name: numbers
-    kind: producer
-    component: {{builtin: videoflow.producers.basic.IntProducer}}
-    params: {{start_value: 0, end_value: {last}}}
-  - name: picky
-    kind: processor
-    parents: [numbers]
-{delivery}    component: {{builtin: videoflow.rs.processors.FailOn}}
-    params: {{values: {values:?}, code: {code}}}
-  - name: sink
-    kind: consumer
-    parents: [picky]
-    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
-    params: {{path: "{{{{DIR}}}}/out.jsonl"}}
-"#,
-            last = N - 1
-        ),
+        &ledger_spec(FILE_LEDGER),
+        &numbers_to_sink(N, "picky", &picky, ""),
     )
 }
 
-/// The run's ledger store: the durable Redis when the harness started one, else the file.
-fn ledger_store(h: &FlowHarness) -> RuntimeStore {
-    let url = h
-        .redis
+/// The run's ledger: the durable Redis when the harness started one, else the file.
+fn ledger_url(h: &FlowHarness) -> String {
+    h.redis
         .as_ref()
-        .map_or_else(|| format!("file://{}/ledger", h.dir.display()), |r| r.url());
-    RuntimeStore::open(&url).expect("ledger store")
+        .map_or_else(|| format!("file://{}/ledger", h.dir.display()), |r| r.url())
 }
 
 /// Every `(key, document)` under `prefix` of the run's ledger.
 fn records(h: &FlowHarness, prefix: &str) -> BTreeMap<String, Json> {
-    let store = ledger_store(h);
-    h.block_on(store.scan(prefix))
-        .expect("scan")
-        .into_iter()
-        .map(|(k, v, _)| {
-            let doc = serde_json::from_slice(&v).unwrap_or(Json::Null);
-            (k[prefix.len()..].to_owned(), doc)
-        })
-        .collect()
+    ledger_docs(h, &ledger_url(h), prefix)
 }
 
 fn log_ids(h: &FlowHarness, log: &str) -> BTreeSet<String> {
-    let store = ledger_store(h);
-    h.block_on(store.log_entries(log))
-        .expect("log")
-        .into_iter()
-        .map(|r| String::from_utf8(r).expect("utf-8 id"))
-        .collect()
+    ledger_log(h, &ledger_url(h), log).into_iter().collect()
 }
 
 #[test]
@@ -328,13 +283,9 @@ fn deliv_15_sampled_out_deliveries_are_recorded_in_the_terminal_log() {
         &videoflow_core::naming::dlq_stream_name("sampled"),
     ));
     assert_eq!(dlq.len(), 5, "five specimens per code and minute");
-    let store = ledger_store(&h);
-    let log = h
-        .block_on(store.log_entries("vf/sampled/r1/picky/terminal"))
-        .expect("terminal log");
-    let records: Vec<Json> = log
+    let records: Vec<Json> = ledger_log(&h, &ledger_url(&h), "vf/sampled/r1/picky/terminal")
         .iter()
-        .map(|r| serde_json::from_slice(r).expect("json record"))
+        .map(|r| serde_json::from_str(r).expect("json record"))
         .collect();
     assert_eq!(records.len(), BAD.len() - 5, "{records:?}");
     for r in &records {

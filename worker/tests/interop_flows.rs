@@ -31,7 +31,10 @@ use videoflow_worker::nodes::convert::sha256_hex;
 use videoflow_worker::nodes::producers::synthetic_frame;
 use videoflow_worker::nodes::testing::TickProducer;
 
-use flows_common::{batch_flow, by_trace, duplicate_arrivals, int_value};
+use flows_common::{
+    batch_flow, by_trace, duplicate_arrivals, int_value, ledger_docs, ledger_log, ledger_spec,
+    numbers_to_sink,
+};
 use support::{FlowHarness, Provisioner, Runtime};
 
 use Runtime::{Reference as P, Rust as R};
@@ -109,26 +112,11 @@ fn label(prov: Provisioner, place: &[Runtime]) -> String {
 /// (WIRE-4, MSGID-2) across both runtimes.
 fn linear(prov: Provisioner, place: &[Runtime]) {
     const N: i64 = 40;
+    let same = "    component: {builtin: videoflow.processors.basic.IdentityProcessor}\n";
     let mut h = FlowHarness::new(&batch_flow(
         "linear",
         "",
-        &format!(
-            r#"  - name: numbers
-    kind: producer
-    component: {{builtin: videoflow.producers.basic.IntProducer}}
-    params: {{start_value: 0, end_value: {last}}}
-  - name: same
-    kind: processor
-    parents: [numbers]
-    component: {{builtin: videoflow.processors.basic.IdentityProcessor}}
-  - name: sink
-    kind: consumer
-    parents: [same]
-    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
-    params: {{path: "{{{{DIR}}}}/out.jsonl"}}
-"#,
-            last = N - 1
-        ),
+        &numbers_to_sink(N, "same", same, ""),
     ));
     let t0 = Instant::now();
     h.start_placed(
@@ -167,27 +155,13 @@ matrix!(linear, [R, P, R]);
 /// by the EOS-7 barrier — the union of received logs written by *both* runtimes.
 fn ledger(prov: Provisioner, place: &[Runtime]) {
     const N: i64 = 40;
+    let same =
+        "    replicas: 3\n    component: {builtin: videoflow.processors.basic.IdentityProcessor}\n";
+    let ledger = "file://{{DIR}}/ledger";
     let mut h = FlowHarness::new(&batch_flow(
         "ledger",
-        "  runId: r1\n  runtimeStore: {url: \"file://{{DIR}}/ledger\"}\n",
-        &format!(
-            r#"  - name: numbers
-    kind: producer
-    component: {{builtin: videoflow.producers.basic.IntProducer}}
-    params: {{start_value: 0, end_value: {last}}}
-  - name: same
-    kind: processor
-    replicas: 3
-    parents: [numbers]
-    component: {{builtin: videoflow.processors.basic.IdentityProcessor}}
-  - name: sink
-    kind: consumer
-    parents: [same]
-    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
-    params: {{path: "{{{{DIR}}}}/out.jsonl"}}
-"#,
-            last = N - 1
-        ),
+        &ledger_spec(ledger),
+        &numbers_to_sink(N, "same", same, ""),
     ));
     let t0 = Instant::now();
     h.start_placed(
@@ -204,21 +178,8 @@ fn ledger(prov: Provisioner, place: &[Runtime]) {
         "logs:\n{}",
         h.all_logs()
     );
-    let store =
-        videoflow_worker::store::RuntimeStore::open(&format!("file://{}/ledger", h.dir.display()))
-            .expect("ledger");
-    let scan = |prefix: &str| -> BTreeMap<String, Json> {
-        h.block_on(store.scan(prefix))
-            .expect("scan")
-            .into_iter()
-            .map(|(k, v, _)| {
-                (
-                    k[prefix.len()..].to_owned(),
-                    serde_json::from_slice(&v).unwrap_or(Json::Null),
-                )
-            })
-            .collect()
-    };
+    let url = format!("file://{}/ledger", h.dir.display());
+    let scan = |prefix: &str| ledger_docs(&h, &url, prefix);
     // One terminator fact for `same` (the producer's), N distinct ids.
     let terms = scan("vf/ledger/r1/same/terminator/");
     assert_eq!(
@@ -231,7 +192,7 @@ fn ledger(prov: Provisioner, place: &[Runtime]) {
     let mut received = BTreeSet::new();
     for r in 0..3 {
         let log = format!("vf/ledger/r1/same/received/numbers/{durable}/r{r}");
-        for id in h.block_on(store.log_entries(&log)).expect("log") {
+        for id in ledger_log(&h, &url, &log) {
             assert!(received.insert(id), "an id noted twice");
         }
     }
@@ -874,28 +835,11 @@ matrix!(abort, [R, P, R]);
 /// duplicate window drops the re-send: every value reaches the sink exactly once.
 fn sigkill(prov: Provisioner, place: &[Runtime]) {
     const N: i64 = 120;
+    let work = "    replicas: 2\n    component: {builtin: videoflow.processors.basic.IdentityProcessor}\n    params: {fps: 50}\n";
     let mut h = FlowHarness::new(&batch_flow(
         "sigkill",
         "",
-        &format!(
-            r#"  - name: numbers
-    kind: producer
-    component: {{builtin: videoflow.producers.basic.IntProducer}}
-    params: {{start_value: 0, end_value: {last}}}
-  - name: work
-    kind: processor
-    parents: [numbers]
-    replicas: 2
-    component: {{builtin: videoflow.processors.basic.IdentityProcessor}}
-    params: {{fps: 50}}
-  - name: sink
-    kind: consumer
-    parents: [work]
-    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
-    params: {{path: "{{{{DIR}}}}/out.jsonl"}}
-"#,
-            last = N - 1
-        ),
+        &numbers_to_sink(N, "work", work, ""),
     ));
     let nodes = placement(&[("numbers", 1), ("work", 2), ("sink", 1)], place);
     let killed_runtime = nodes[1].1[0];

@@ -1,10 +1,12 @@
-//! Helpers shared by the issue #3 "Done when" flow tests (`flow_diamond`,
-//! `flow_partitioned_join`, `flow_sigkill`, `flow_payload_store`, `flow_realtime_overload`):
-//! reading the JSONL sink's records back and counting them by trace id.
+//! Helpers shared by the flow tests (`flow_*`, `interop_flows`, `component_*`): Flow YAML
+//! preambles, reading the JSONL sink's records back and counting them by trace id, and reading
+//! a run ledger back (§11.2).
 
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+
+use super::support::FlowHarness;
 
 /// The sink records keyed by trace id, each with how many times it arrived.
 pub fn by_trace(records: &[serde_json::Value]) -> BTreeMap<String, Vec<&serde_json::Value>> {
@@ -59,4 +61,59 @@ pub fn batch_flow(name: &str, spec_extra: &str, nodes: &str) -> String {
         "apiVersion: videoflow.io/v1alpha1\nkind: Flow\nmetadata: {{name: {name}}}\nspec:\n  \
          type: batch\n{spec_extra}  nodes:\n{nodes}"
     )
+}
+
+/// `numbers` (IntProducer, 0..n−1) → `middle` → `sink` (JsonlSink writing `out.jsonl`): the
+/// `nodes:` items of the most common test flow. `middle_lines` are the processor's lines after
+/// `kind`/`parents` (component, params, replicas, …), each indented four spaces; `sink_extra`
+/// is appended inside the sink's params (e.g. `, idempotent: true`).
+pub fn numbers_to_sink(n: i64, middle: &str, middle_lines: &str, sink_extra: &str) -> String {
+    format!(
+        r#"  - name: numbers
+    kind: producer
+    component: {{builtin: videoflow.producers.basic.IntProducer}}
+    params: {{start_value: 0, end_value: {last}}}
+  - name: {middle}
+    kind: processor
+    parents: [numbers]
+{middle_lines}  - name: sink
+    kind: consumer
+    parents: [{middle}]
+    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
+    params: {{path: "{{{{DIR}}}}/out.jsonl"{sink_extra}}}
+"#,
+        last = n - 1
+    )
+}
+
+/// The `spec:` lines of a run `r1` on the run ledger at `url` (for [`batch_flow`]).
+pub fn ledger_spec(url: &str) -> String {
+    format!("  runId: r1\n  runtimeStore: {{url: \"{url}\"}}\n")
+}
+
+/// Every document under `prefix` in the run ledger at `url`, keyed by the rest of its key.
+pub fn ledger_docs(
+    h: &FlowHarness,
+    url: &str,
+    prefix: &str,
+) -> BTreeMap<String, serde_json::Value> {
+    let store = videoflow_worker::store::RuntimeStore::open(url).expect("ledger store");
+    h.block_on(store.scan(prefix))
+        .expect("scan")
+        .into_iter()
+        .map(|(k, v, _)| {
+            let doc = serde_json::from_slice(&v).unwrap_or(serde_json::Value::Null);
+            (k[prefix.len()..].to_owned(), doc)
+        })
+        .collect()
+}
+
+/// The entries of `log` in the run ledger at `url`, oldest first, as text.
+pub fn ledger_log(h: &FlowHarness, url: &str, log: &str) -> Vec<String> {
+    let store = videoflow_worker::store::RuntimeStore::open(url).expect("ledger store");
+    h.block_on(store.log_entries(log))
+        .expect("log")
+        .into_iter()
+        .map(|r| String::from_utf8(r).expect("utf-8 entry"))
+        .collect()
 }
