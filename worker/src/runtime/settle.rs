@@ -207,7 +207,7 @@ impl Settler {
         };
         match self.ledger.record_terminal(&record).await {
             Ok(reference) => {
-                tracing::info!(record = %reference, stream_seq = h.stream_seq, "terminated");
+                tracing::info!(record = %reference, message_id = %h.message_id, stream_seq = h.stream_seq, attempt = h.num_delivered, code = %error.code, reason, "terminated");
                 h.handle.term().await;
                 self.counts.terminated += 1;
             }

@@ -24,6 +24,7 @@
 //! join groups and checkpoints.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value as Json, json};
@@ -100,6 +101,8 @@ struct Inner {
     /// Mirrors of what this replica wrote, so the hot paths need no re-read.
     received: Mutex<HashMap<(String, String), HashSet<String>>>,
     published: Mutex<HashSet<String>>,
+    /// Terminal records numbered but not stored (a process-local ledger).
+    terminal_unstored: AtomicU64,
 }
 
 impl RunLedger {
@@ -129,6 +132,7 @@ impl RunLedger {
                 durable_shared,
                 received: Mutex::new(HashMap::new()),
                 published: Mutex::new(HashSet::new()),
+                terminal_unstored: AtomicU64::new(0),
             }),
         };
         if durable_shared {
@@ -479,6 +483,11 @@ impl RunLedger {
     /// and returns its reference `ledger:{node}/terminal:{position}` (the log length after
     /// the append), the record a TERM names.
     ///
+    /// Only a durable shared ledger stores it. A process-local one would keep every record of
+    /// a long best-effort run with steady bad input in memory until the process ends — and
+    /// lose them then — so it only numbers them; the caller logs the record with its
+    /// reference, which outlives the process as well as the memory store would not.
+    ///
     /// # Errors
     /// `VF_TRANSIENT` when the store cannot be appended to.
     pub async fn record_terminal(&self, record: &TerminalRecord<'_>) -> Result<String, VfError> {
@@ -490,13 +499,16 @@ impl RunLedger {
             "reason": record.reason,
             "stream_seq": record.stream_seq,
         });
-        let bytes = serde_json::to_vec(&doc)
-            .map_err(|e| VfError::new(ErrorCode::Unknown, format!("terminal record: {e}")))?;
-        let position = self
-            .inner
-            .store
-            .append(&self.key(&["terminal"]), &bytes)
-            .await?;
+        let position = if self.inner.durable_shared {
+            let bytes = serde_json::to_vec(&doc)
+                .map_err(|e| VfError::new(ErrorCode::Unknown, format!("terminal record: {e}")))?;
+            self.inner
+                .store
+                .append(&self.key(&["terminal"]), &bytes)
+                .await?
+        } else {
+            self.inner.terminal_unstored.fetch_add(1, Ordering::Relaxed) + 1
+        };
         Ok(format!("ledger:{}/terminal:{position}", self.inner.node))
     }
 

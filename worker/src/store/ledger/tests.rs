@@ -284,7 +284,7 @@ async fn stream_15_attempts_count_every_disposition_but_worker_fatal() {
 
 #[tokio::test]
 async fn deliv_15_terminal_records_are_appended_and_named_by_position() {
-    let store = RuntimeStore::Memory(MemoryStore::new());
+    let (store, dir) = file_store();
     let l = ledger(&store, 0, 1).await;
     let rec = |seq| TerminalRecord {
         message_id: "m1",
@@ -315,6 +315,29 @@ async fn deliv_15_terminal_records_are_appended_and_named_by_position() {
         ]
     );
     assert_eq!(entries[1]["stream_seq"].as_u64(), Some(8));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn deliv_15_a_process_local_ledger_numbers_terminal_records_without_keeping_them() {
+    let store = RuntimeStore::Memory(MemoryStore::new());
+    let l = ledger(&store, 0, 1).await;
+    let rec = TerminalRecord {
+        message_id: "m1",
+        stream_seq: 3,
+        attempt: 1,
+        code: "VF_POISON",
+        reason: "sampled-out",
+    };
+    assert_eq!(
+        l.record_terminal(&rec).await.expect("number"),
+        "ledger:det/terminal:1"
+    );
+    assert_eq!(
+        l.record_terminal(&rec).await.expect("number"),
+        "ledger:det/terminal:2"
+    );
+    assert!(l.terminal_entries().await.expect("read").is_empty());
 }
 
 #[tokio::test]
