@@ -1,4 +1,4 @@
-//! A real Kubernetes control plane for end-to-end tests (issue #8): etcd, kube-apiserver,
+//! A real Kubernetes control plane for end-to-end tests: etcd, kube-apiserver,
 //! kube-controller-manager, kube-scheduler and kwok (fake nodes whose pods "run" by stages),
 //! started on free loopback ports by `scripts/testenv run`, the same script a person runs by
 //! hand, so there is one way to start it.
@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::TestkitError;
-use crate::process::temp_dir;
+use videoflow_services::temp_dir;
 
 /// A cold start waits for etcd, the API server's post-start hooks, the controllers and kwok's
 /// node on a busy machine; a minute is typical, three is the bound.

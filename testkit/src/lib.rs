@@ -1,35 +1,23 @@
 //! # videoflow-testkit
 //!
-//! Real brokers for tests, never mocks: [`NatsServer`] and [`RedisServer`] start the real
-//! binaries on free loopback ports in private temporary directories and stop them on drop,
-//! so tests run in parallel without sharing state.
-//!
-//! Binaries are found through `VF_NATS_SERVER_BIN` / `VF_REDIS_SERVER_BIN`, else on `PATH`
-//! (`scripts/install-deps` installs them; `scripts/env.sh` puts them on `PATH`). A missing
-//! binary is an error naming the remedy, never a silently skipped test.
+//! What only tests use: real servers, never mocks. [`NatsServer`], [`RedisServer`] and
+//! [`free_port`] come from `videoflow-services` (the same servers the local runner starts),
+//! so tests run in parallel on free loopback ports without sharing state; [`ControlPlane`]
+//! starts a real Kubernetes control plane for the operator's e2e suite; [`manifest_dir`]
+//! finds the checkout a test runs for. A missing binary is an error naming the remedy, never
+//! a silently skipped test.
 
 pub mod control_plane;
-mod nats;
-mod port;
-mod process;
-mod redis;
 
 pub use control_plane::ControlPlane;
-pub use nats::NatsServer;
-pub use port::free_port;
-pub use redis::RedisServer;
+pub use videoflow_services::{NatsServer, RedisServer, ServiceError, free_port};
 
-/// Why a test broker could not be started.
+/// Why the test kit could not start what a test asked for.
 #[derive(Debug, thiserror::Error)]
 pub enum TestkitError {
-    /// The server binary is not installed.
-    #[error("{binary} not found (looked at ${env_var} and PATH): run scripts/install-deps")]
-    MissingBinary {
-        /// Binary name.
-        binary: &'static str,
-        /// Variable that can point at it.
-        env_var: &'static str,
-    },
+    /// A broker or store server did not start.
+    #[error(transparent)]
+    Service(#[from] ServiceError),
     /// The process could not be spawned or its directory created.
     #[error("starting {what}: {source}")]
     Io {
@@ -38,18 +26,6 @@ pub enum TestkitError {
         /// The I/O error.
         #[source]
         source: std::io::Error,
-    },
-    /// The process did not accept connections in time; its log tail is included.
-    #[error("{binary} did not become ready on port {port} within {secs}s; log tail:\n{log}")]
-    NotReady {
-        /// Binary name.
-        binary: &'static str,
-        /// Port it was given.
-        port: u16,
-        /// Seconds waited.
-        secs: u64,
-        /// Last lines of its output.
-        log: String,
     },
     /// The Kubernetes control plane (`scripts/testenv run`) did not start; the script's
     /// output says why (missing binaries name `scripts/testenv build`).

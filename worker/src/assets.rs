@@ -129,13 +129,14 @@ pub fn verify_assets(
     Ok(reports)
 }
 
-/// This host's name: the kernel's, else `HOSTNAME`, else `unknown-host`.
-pub fn hostname() -> String {
+/// This host's name: the kernel's, else `fallback` (the `HOSTNAME` variable,
+/// [`crate::config::DeviceConfig::hostname`]), else `unknown-host`.
+pub fn hostname(fallback: Option<&str>) -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
+        .or_else(|| fallback.filter(|s| !s.is_empty()).map(str::to_owned))
         .unwrap_or_else(|| "unknown-host".to_owned())
 }
 

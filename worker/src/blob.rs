@@ -37,9 +37,6 @@ use crate::faults::{Barrier, barrier, unraisable};
 pub const BLOB_KEY_PREFIX: &str = "vf-blob-";
 /// Prefix of the reader counter kept next to a blob (BLOB-5).
 pub const COUNTER_KEY_PREFIX: &str = "vf-blobrc-";
-/// The default inline threshold (`MAX_INLINE_PAYLOAD_BYTES`, BLOB-1): larger encoded payloads
-/// are offloaded.
-pub const DEFAULT_MAX_INLINE_PAYLOAD_BYTES: usize = 524_288;
 /// Bytes reserved for the envelope around a payload when the threshold is checked against the
 /// broker's `max_payload` (BLOB-1).
 pub const ENVELOPE_OVERHEAD_BYTES: u64 = 4096;

@@ -50,10 +50,8 @@ use videoflow_core::errors::{Disposition, ErrorCode, VfError};
 
 use crate::broker::{PublishMode, PublishOutcome};
 
-/// `VF_FAULT_SCHEDULE_JSON` (ENV-16).
-pub const ENV_SCHEDULE: &str = "VF_FAULT_SCHEDULE_JSON";
-/// `VF_FAULT_MARKER_DIR` (ENV-17).
-pub const ENV_MARKER_DIR: &str = "VF_FAULT_MARKER_DIR";
+use crate::config::FaultConfig;
+pub use crate::config::faults::{ENV_MARKER_DIR, ENV_SCHEDULE};
 /// Default `crash` exit code (a SIGKILL's status as a shell reports it).
 pub const DEFAULT_CRASH_EXIT_CODE: i32 = 137;
 /// Default `pause` timeout.
@@ -347,19 +345,15 @@ impl FaultSchedule {
         })
     }
 
-    /// The schedule `vars` name, if any (unset or empty ⇒ `None`).
+    /// The schedule `config` names, if any (unset or blank ⇒ `None`).
     ///
     /// # Errors
     /// As [`FaultSchedule::parse`].
-    pub fn from_env(vars: &BTreeMap<String, String>) -> Result<Option<Self>, FaultError> {
-        let Some(raw) = vars.get(ENV_SCHEDULE).filter(|v| !v.trim().is_empty()) else {
+    pub fn from_config(config: &FaultConfig) -> Result<Option<Self>, FaultError> {
+        let Some(raw) = &config.schedule_json else {
             return Ok(None);
         };
-        let dir = vars
-            .get(ENV_MARKER_DIR)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from);
-        Self::parse(raw, dir).map(Some)
+        Self::parse(raw, config.marker_dir.clone()).map(Some)
     }
 
     /// The action scheduled at `barrier`, if any.
@@ -687,13 +681,13 @@ pub fn install(schedule: FaultSchedule) -> Result<bool, FaultError> {
     Ok(SCHEDULE.set(schedule).is_ok())
 }
 
-/// START-1 step 1: installs the schedule `vars` name, if any, before anything a barrier
+/// START-1 step 1: installs the schedule `config` names, if any, before anything a barrier
 /// guards can run.
 ///
 /// # Errors
 /// ConfigError (exit 2) naming `VF_FAULT_SCHEDULE_JSON` or `VF_FAULT_MARKER_DIR`.
-pub fn install_from_env(vars: &BTreeMap<String, String>) -> Result<(), VfError> {
-    if let Some(schedule) = FaultSchedule::from_env(vars)? {
+pub fn install_configured(config: &FaultConfig) -> Result<(), VfError> {
+    if let Some(schedule) = FaultSchedule::from_config(config)? {
         let barriers: Vec<&str> = schedule.actions.keys().map(|b| b.as_str()).collect();
         tracing::warn!(
             ?barriers,
@@ -912,16 +906,19 @@ mod tests {
 
     #[test]
     fn env16_from_env_absent_or_empty_installs_nothing() {
+        let from = |vars: &BTreeMap<String, String>| {
+            FaultSchedule::from_config(&FaultConfig::from_env(vars)).expect("ok")
+        };
         let mut vars = BTreeMap::new();
-        assert!(FaultSchedule::from_env(&vars).expect("ok").is_none());
+        assert!(from(&vars).is_none());
         vars.insert(ENV_SCHEDULE.to_owned(), " ".to_owned());
-        assert!(FaultSchedule::from_env(&vars).expect("ok").is_none());
+        assert!(from(&vars).is_none());
         vars.insert(
             ENV_SCHEDULE.to_owned(),
             r#"{"settle.before": {"kind": "drop"}}"#.into(),
         );
         vars.insert(ENV_MARKER_DIR.to_owned(), "/tmp/m".into());
-        let s = FaultSchedule::from_env(&vars).expect("ok").expect("ok");
+        let s = from(&vars).expect("ok");
         assert_eq!(s.marker_dir.as_deref(), Some(Path::new("/tmp/m")));
     }
 

@@ -147,7 +147,8 @@ pub trait GpuProbe {
 /// The real probe: `nvidia-smi` found on `PATH` (or an explicit search path, for tests).
 #[derive(Debug, Clone)]
 pub struct NvidiaSmi {
-    /// The search path; `None` = the process's `PATH`.
+    /// The search path (the worker's `PATH`, [`crate::config::DeviceConfig::path`]); `None`
+    /// finds no `nvidia-smi`.
     pub path: Option<OsString>,
     /// Bound on each call.
     pub timeout: Duration,
@@ -164,7 +165,7 @@ impl Default for NvidiaSmi {
 
 impl NvidiaSmi {
     fn resolve(&self) -> Option<PathBuf> {
-        let path = self.path.clone().or_else(|| std::env::var_os("PATH"))?;
+        let path = self.path.as_ref()?;
         std::env::split_paths(&path)
             .map(|dir| dir.join("nvidia-smi"))
             .find(|p| is_executable(p))

@@ -6,7 +6,6 @@
 //! `validate` and `compile` check Flow files; `provision` and `teardown` are the
 //! operator's jobs; `run` runs a whole Flow locally.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -16,6 +15,7 @@ use videoflow_core::compile::compile;
 use videoflow_core::errors::EXIT_USER;
 use videoflow_core::load::parse_flow;
 use videoflow_core::validate::{Diagnostic, has_errors, validate_flow};
+use videoflow_worker::config::{Environment, LogConfig};
 use videoflow_worker::runtime::Signals;
 
 /// Runs videoflow nodes; also checks and compiles Flow files.
@@ -106,12 +106,13 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let env = Environment::capture();
     let command = match cli.command {
-        None => return run_node(None),
-        Some(Command::Exec { command }) => return run_node(Some(command)),
+        None => return run_node(env, None),
+        Some(Command::Exec { command }) => return run_node(env, Some(command)),
         Some(other) => other,
     };
-    match run(command) {
+    match run(env, command) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("ERROR [VF_CONFIG]: {e:#}");
@@ -123,22 +124,21 @@ fn main() -> ExitCode {
 /// The default mode: one node replica; with `exec`, `component` is its program (put into
 /// VF_COMPONENT_COMMAND_JSON, which wins over a rendered one). Panics exit 1, never 101
 /// (§15.4).
-fn run_node(component: Option<Vec<String>>) -> ExitCode {
-    init_logging();
+fn run_node(mut env: Environment, component: Option<Vec<String>>) -> ExitCode {
+    init_logging(&env);
     std::panic::set_hook(Box::new(|info| {
         tracing::error!("panic: {info}");
         eprintln!("panic: {info}");
         std::process::exit(1);
     }));
-    let mut vars: BTreeMap<String, String> = std::env::vars().collect();
     if let Some(argv) = component {
-        vars.insert(
-            videoflow_worker::component::COMMAND_VAR.to_owned(),
+        env.set(
+            videoflow_worker::component::COMMAND_VAR,
             serde_json::json!(argv).to_string(),
         );
     }
-    block_on(true, node_worker_threads(), |signals| async move {
-        videoflow_worker::runtime::run_node(&vars, signals).await
+    block_on(true, node_worker_threads(&env), |signals| async move {
+        videoflow_worker::runtime::run_node(&env, signals).await
     })
 }
 
@@ -151,10 +151,10 @@ const NODE_WORKER_THREADS: usize = 2;
 /// as well as more would. Tokio's default is one worker per CPU the process may use, which
 /// on a large host without a CPU limit means dozens of threads, each with its own stack and,
 /// once it allocates, its own malloc arena (measured idle: about 25 KiB of private memory
-/// per extra thread, more under load; issue #12). `TOKIO_WORKER_THREADS`, tokio's own
-/// variable, still wins when set.
-fn node_worker_threads() -> Option<usize> {
-    if std::env::var_os("TOKIO_WORKER_THREADS").is_some() {
+/// per extra thread, more under load; docs/PERFORMANCE.md). `TOKIO_WORKER_THREADS`, tokio's
+/// own variable, still wins when set.
+fn node_worker_threads(env: &Environment) -> Option<usize> {
+    if !env.passthrough(&["TOKIO_WORKER_THREADS"]).is_empty() {
         return None;
     }
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
@@ -220,18 +220,16 @@ fn watch_signals(signals: &Signals) {
 }
 
 /// Human logs on stderr, or one JSON object per line when `VF_STRUCTURED_LOGS` is set.
-fn init_logging() {
-    let structured = std::env::var("VF_STRUCTURED_LOGS")
-        .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes"));
-    let filter = tracing_subscriber::EnvFilter::try_from_env("VF_LOG")
+fn init_logging(env: &Environment) {
+    let log = LogConfig::from_env(env);
+    let filter = tracing_subscriber::EnvFilter::try_new(&log.filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
-        && std::env::var_os("NO_COLOR").is_none();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr()) && !log.no_color;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(ansi);
-    if structured {
+    if log.structured {
         builder.json().init();
     } else {
         builder.init();
@@ -240,16 +238,20 @@ fn init_logging() {
 
 /// `run`: the local runner on a multi-threaded runtime; Ctrl-C drains instead of killing.
 fn run_local(opts: videoflow_worker::local::RunOptions) -> ExitCode {
-    init_logging();
+    init_logging(&opts.environment);
     block_on(true, None, |signals| async move {
         videoflow_worker::local::run_flow(opts, signals.interrupt.clone()).await
     })
 }
 
 /// `provision` / `teardown`: one job on a multi-threaded runtime; the exit status is the job's.
-fn run_job(teardown: bool) -> ExitCode {
-    init_logging();
-    let vars: BTreeMap<String, String> = std::env::vars().collect();
+fn run_job(env: &Environment, teardown: bool) -> ExitCode {
+    init_logging(env);
+    if let Err(e) = env.check_unicode() {
+        eprintln!("{}", e.render());
+        return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1));
+    }
+    let vars = env.vars().clone();
     block_on(false, None, |_signals| async move {
         if teardown {
             videoflow_worker::teardown::run_teardown_job(&vars).await
@@ -259,11 +261,11 @@ fn run_job(teardown: bool) -> ExitCode {
     })
 }
 
-fn run(command: Command) -> anyhow::Result<ExitCode> {
+fn run(env: Environment, command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Exec { command } => Ok(run_node(Some(command))),
-        Command::Provision => Ok(run_job(false)),
-        Command::Teardown => Ok(run_job(true)),
+        Command::Exec { command } => Ok(run_node(env, Some(command))),
+        Command::Provision => Ok(run_job(&env, false)),
+        Command::Teardown => Ok(run_job(&env, true)),
         Command::Run {
             flow,
             keep,
@@ -276,6 +278,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             nats_url,
             timeout: timeout.map(std::time::Duration::from_secs),
             workdir,
+            environment: env,
         })),
         Command::Validate { flow } => {
             let text = read(&flow)?;

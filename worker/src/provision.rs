@@ -281,19 +281,3 @@ fn verified(bound: &broker::BoundDurable, strict: bool) -> Result<(), VfError> {
     }
     .into())
 }
-
-/// `VF_FLOW_TYPE` for the provision job: exactly `realtime` or `batch` (unset ⇒ realtime).
-///
-/// # Errors
-/// `VF_CONFIG` for any other value (a control plane never emits one).
-pub fn flow_type_from(raw: Option<&str>) -> Result<FlowType, VfError> {
-    match raw.unwrap_or("realtime") {
-        "realtime" | "" => Ok(FlowType::Realtime),
-        "batch" => Ok(FlowType::Batch),
-        other => Err(VfError::new(
-            ErrorCode::Config,
-            format!("VF_FLOW_TYPE='{other}' is neither 'realtime' nor 'batch'."),
-        )
-        .with_remedy("Set VF_FLOW_TYPE to realtime or batch.")),
-    }
-}

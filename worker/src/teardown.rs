@@ -17,6 +17,7 @@ use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::naming::{self, LABEL_FLOW_ID, LABEL_RUN_ID};
 
 use crate::broker::{self, Broker};
+use crate::config::TeardownConfig;
 
 /// Bound on listing and on each delete.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -208,24 +209,11 @@ pub async fn run_teardown_job(vars: &BTreeMap<String, String>) -> i32 {
 }
 
 async fn teardown_job(vars: &BTreeMap<String, String>) -> Result<Cleanup, VfError> {
-    let get = |k: &str| {
-        vars.get(k)
-            .filter(|v| !v.is_empty())
-            .cloned()
-            .ok_or_else(|| {
-                VfError::new(ErrorCode::Config, format!("{k} is required.")).with_remedy(
-                    "Set VF_NATS_URL, VF_FLOW_ID and VF_RUN_ID of the run to tear down.",
-                )
-            })
-    };
-    let (url, flow, run) = (get("VF_NATS_URL")?, get("VF_FLOW_ID")?, get("VF_RUN_ID")?);
-    let timeout = crate::config::admission_timeout_from(
-        vars.get("VF_ADMISSION_TIMEOUT_SECONDS").map(String::as_str),
-    )?;
-    let broker = broker::connect_within(&url, Duration::from_secs_f64(timeout)).await?;
-    teardown(&broker, &flow, &run)
+    let job = TeardownConfig::from_env(vars)?;
+    let broker = broker::connect_within(&job.nats_url, job.timeout).await?;
+    teardown(&broker, &job.flow_id, &job.run_id)
         .await
-        .into_result(&flow, &run)
+        .into_result(&job.flow_id, &job.run_id)
 }
 
 /// Control stop, then [`teardown_run`] — what both the CLI and the local runner call.

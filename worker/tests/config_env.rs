@@ -666,3 +666,67 @@ fn env_1_prefetch_bytes_and_node_class() {
     assert_eq!(c.node_class.as_deref(), Some("pkg.Det"));
     assert_eq!(ok(&with(&[("VF_PREFETCH_BYTES", "")])).prefetch_bytes, None);
 }
+
+/// Seconds a `Duration` cannot hold (`inf`, `1e300`) are refused at parse time with the
+/// variable named, instead of panicking where the worker later waits on them.
+#[test]
+fn env_1_seconds_beyond_any_clock_are_config_errors_naming_the_variable() {
+    for (var, value) in [
+        ("VF_WATCHDOG_INTERVAL_SECONDS", "1e300"),
+        ("VF_WATCHDOG_INTERVAL_SECONDS", "inf"),
+        ("VF_PARTITION_LEASE_SECONDS", "inf"),
+        ("VF_PARTITION_LEASE_SECONDS", "1e300"),
+        ("VF_STORE_BACKPRESSURE_SECONDS", "1e300"),
+        ("VF_PROGRESS_TIMEOUT_SECONDS", "inf"),
+        ("VF_PROGRESS_TIMEOUT_SECONDS", "nan"),
+        ("VF_PROGRESS_TIMEOUT_SECONDS", "1e300"),
+    ] {
+        let m = msg(&[(var, value)]);
+        assert!(m.starts_with(var), "{var}={value}: {m}");
+        assert!(m.contains("usable number of seconds"), "{var}={value}: {m}");
+    }
+    let e = err(&with(&[
+        (
+            "VF_PROFILE_REQUESTS_JSON",
+            r#"[{"channel": "det", "profile": "live_latest"}]"#,
+        ),
+        ("VF_ADMISSION_TIMEOUT_SECONDS", "1e300"),
+    ]));
+    assert!(
+        e.message.starts_with("VF_ADMISSION_TIMEOUT_SECONDS"),
+        "{e:?}"
+    );
+    // The largest sensible values still parse.
+    let c = ok(&with(&[
+        ("VF_WATCHDOG_INTERVAL_SECONDS", "86400"),
+        ("VF_PROGRESS_TIMEOUT_SECONDS", "-inf"),
+    ]));
+    assert_eq!(c.watchdog_interval_seconds, 86400.0);
+    assert!(c.progress_timeout_seconds < 0.0, "≤ 0 disables (ERR-7)");
+}
+
+/// The exec component's variables are part of the typed contract; a bad deadline names its
+/// variable, and `VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES` is read here too (BLOB-1).
+#[test]
+fn component_and_inline_threshold_are_typed() {
+    let c = ok(&with(&[
+        ("VF_COMPONENT_COMMAND_JSON", r#"["python3", "-m", "det"]"#),
+        ("VF_COMPONENT_CALL_TIMEOUT_SECONDS", "0"),
+        ("VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES", "1024"),
+    ]));
+    let component = c.component.expect("a component");
+    assert_eq!(component.command, ["python3", "-m", "det"]);
+    assert_eq!(component.call_timeout, None);
+    assert_eq!(c.max_inline_payload_bytes, 1024);
+    assert_eq!(ok(&base()).max_inline_payload_bytes, 524_288);
+    assert!(ok(&base()).component.is_none());
+    let e = WorkerConfig::from_env(&with(&[
+        ("VF_COMPONENT_COMMAND_JSON", r#"["x"]"#),
+        ("VF_COMPONENT_START_TIMEOUT_SECONDS", "1e300"),
+    ]))
+    .expect_err("refused");
+    assert!(
+        e.message.contains("VF_COMPONENT_START_TIMEOUT_SECONDS"),
+        "{e:?}"
+    );
+}

@@ -458,6 +458,9 @@ fn gpu_1_to_4_decision_table_with_fake_nvidia_smi() {
             requires_peer_access: case.peer,
             gpu_grant_json: case.grant.as_ref().map(|g| g.to_string()),
             assets: Vec::new(),
+            cuda_visible_devices: None,
+            path: None,
+            hostname: None,
         };
         let started = Instant::now();
         let got = gpu::check_node("det", true, &device, case.mask, &probe);
@@ -522,6 +525,9 @@ fn gpu_2_report_dict_shape_and_a_cpu_node_is_not_checked() {
         requires_peer_access: false,
         gpu_grant_json: None,
         assets: Vec::new(),
+        cuda_visible_devices: None,
+        path: None,
+        hostname: None,
     };
     let none = NvidiaSmi {
         path: Some("/nonexistent".into()),

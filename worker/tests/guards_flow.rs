@@ -277,7 +277,7 @@ spec:
 
     let record = h.termination("model", 0).expect("asset record");
     assert_eq!(record["code"], "VF_RESOURCE_UNAVAILABLE");
-    let host = videoflow_worker::assets::hostname();
+    let host = videoflow_worker::assets::hostname(None);
     assert_eq!(
         record["message"],
         format!(

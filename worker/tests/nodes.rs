@@ -628,3 +628,45 @@ fn python_none_output_is_a_null_value() {
         Payload::Value(Value::Int(1))
     );
 }
+
+/// A rate or a span no clock can wait out (`fps` 1e-320 gives a period of `inf`; `1e300`
+/// seconds) is a ConfigError naming the parameter, not a panic when the node is built.
+#[test]
+fn seconds_and_rates_beyond_any_clock_are_refused_naming_the_parameter() {
+    for (class, kind, p, name) in [
+        (
+            "videoflow.producers.basic.IntProducer",
+            NodeKind::Producer,
+            json!({"fps": 1e-320}),
+            "fps",
+        ),
+        (
+            "videoflow.producers.basic.IntProducer",
+            NodeKind::Producer,
+            json!({"wait_time_in_seconds": 1e300}),
+            "wait_time_in_seconds",
+        ),
+        (
+            "videoflow.processors.basic.IdentityProcessor",
+            NodeKind::Processor,
+            json!({"fps": 1e-300}),
+            "fps",
+        ),
+        (
+            "videoflow.rs.producers.SyntheticFrameProducer",
+            NodeKind::Producer,
+            json!({"width": 2, "height": 2, "count": 1, "fps": 1e-320}),
+            "fps",
+        ),
+        (
+            "videoflow.rs.processors.Hang",
+            NodeKind::Processor,
+            json!({"open_seconds": 1e300}),
+            "open_seconds",
+        ),
+    ] {
+        let e = err_of(build_node(class, kind, &params(p)));
+        assert_eq!(e.code, ErrorCode::Config, "{class}");
+        assert!(e.message.contains(name), "{class}: {}", e.message);
+    }
+}

@@ -47,13 +47,13 @@ use videoflow_core::component::proto::{
 use videoflow_core::errors::{ErrorCode, VfError};
 
 use super::frame::{FrameError, FrameReader, MAX_FRAME_BYTES, read_frame};
+use crate::config::ComponentConfig;
+use crate::config::component::{
+    CALL_TIMEOUT_VAR, DEFAULT_CALL_TIMEOUT, DEFAULT_START_TIMEOUT, START_TIMEOUT_VAR,
+};
 
 /// The variable naming the socket the component connects to.
 pub const SOCKET_VAR: &str = "VF_COMPONENT_SOCKET";
-/// Seconds from starting the program to its Hello (default 60).
-pub const START_TIMEOUT_VAR: &str = "VF_COMPONENT_START_TIMEOUT_SECONDS";
-/// Seconds one call (open, next, process, consume, close) may take (default 300, 0 = none).
-pub const CALL_TIMEOUT_VAR: &str = "VF_COMPONENT_CALL_TIMEOUT_SECONDS";
 
 /// How long the host waits for a component that was told to close, or that broke, to exit
 /// before killing it.
@@ -80,41 +80,18 @@ pub struct HostOptions {
 impl Default for HostOptions {
     fn default() -> Self {
         HostOptions {
-            start_timeout: Duration::from_secs(60),
-            call_timeout: Some(Duration::from_secs(300)),
+            start_timeout: DEFAULT_START_TIMEOUT,
+            call_timeout: Some(DEFAULT_CALL_TIMEOUT),
         }
     }
 }
 
-impl HostOptions {
-    /// Reads [`START_TIMEOUT_VAR`] and [`CALL_TIMEOUT_VAR`] (unset or empty: the defaults).
-    pub fn from_env(vars: &std::collections::BTreeMap<String, String>) -> Result<Self, VfError> {
-        let seconds = |var: &str| -> Result<Option<f64>, VfError> {
-            match vars.get(var).map(|v| v.trim()).filter(|v| !v.is_empty()) {
-                None => Ok(None),
-                Some(v) => v
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|s| s.is_finite() && *s >= 0.0)
-                    .map(Some)
-                    .ok_or_else(|| {
-                        VfError::new(
-                            ErrorCode::Config,
-                            format!("{var} must be a number of seconds >= 0, got '{v}'."),
-                        )
-                        .with_remedy(format!("Set {var} to e.g. 60, or unset it."))
-                        .with_context("variable", var)
-                    }),
-            }
-        };
-        let mut opts = HostOptions::default();
-        if let Some(s) = seconds(START_TIMEOUT_VAR)? {
-            opts.start_timeout = Duration::from_secs_f64(s.max(0.1));
+impl From<&ComponentConfig> for HostOptions {
+    fn from(c: &ComponentConfig) -> Self {
+        HostOptions {
+            start_timeout: c.start_timeout,
+            call_timeout: c.call_timeout,
         }
-        if let Some(s) = seconds(CALL_TIMEOUT_VAR)? {
-            opts.call_timeout = (s > 0.0).then(|| Duration::from_secs_f64(s));
-        }
-        Ok(opts)
     }
 }
 

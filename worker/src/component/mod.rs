@@ -1,4 +1,4 @@
-//! Components in any language (design §5 "exec", issue #10): the exec host.
+//! Components in any language (design §5 "exec"): the exec host.
 //!
 //! An exec node's computation is a separate program — Python with the SDK in `sdk/python`,
 //! or anything that speaks the component protocol (`core/proto/videoflow/component/v1/
@@ -29,54 +29,31 @@
 //! travels to it and the previous output is published. Answers may come in any order; each
 //! is matched by request id and outputs are published in input order. A crash fails every
 //! outstanding request with `VF_WORKER_FATAL`, and the loop hands every one of their inputs
-//! back. `max_in_flight` 0 or 1 is the one-at-a-time conversation of before.
+//! back. `max_in_flight` 0 or 1 keeps one request at a time.
 
 pub mod frame;
 pub mod host;
 pub mod nodes;
 
-use std::collections::BTreeMap;
-
 use videoflow_core::component::proto::NodeIdentity;
-use videoflow_core::errors::{ErrorCode, VfError};
+use videoflow_core::errors::VfError;
 use videoflow_core::model::NodeKind;
 
-pub use host::{
-    CALL_TIMEOUT_VAR, ComponentHost, HOST_MAX_IN_FLIGHT, HostOptions, SOCKET_VAR, START_TIMEOUT_VAR,
-};
+pub use crate::config::component::{CALL_TIMEOUT_VAR, COMMAND_VAR, START_TIMEOUT_VAR};
+pub use host::{ComponentHost, HOST_MAX_IN_FLIGHT, HostOptions, SOCKET_VAR};
 pub use nodes::{ExecConsumer, ExecNode, ExecProcessor, ExecProducer};
 
-use crate::config::WorkerConfig;
+use crate::config::{ComponentConfig, WorkerConfig};
 use crate::nodes::{BuiltNode, ConsumerOptions};
-
-/// The exec component's program and arguments, a JSON array of strings.
-pub const COMMAND_VAR: &str = "VF_COMPONENT_COMMAND_JSON";
-
-/// The component command from [`COMMAND_VAR`]; `None` when unset or empty.
-pub fn command_from_env(vars: &BTreeMap<String, String>) -> Result<Option<Vec<String>>, VfError> {
-    let Some(text) = vars.get(COMMAND_VAR).filter(|v| !v.trim().is_empty()) else {
-        return Ok(None);
-    };
-    match serde_json::from_str::<Vec<String>>(text) {
-        Ok(argv) if argv.first().is_some_and(|p| !p.is_empty()) => Ok(Some(argv)),
-        _ => Err(VfError::new(
-            ErrorCode::Config,
-            format!("{COMMAND_VAR} must be a non-empty JSON array of strings, got {text}."),
-        )
-        .with_remedy("Set component.exec.command in the Flow; the control planes render this variable from it.")
-        .with_context("variable", COMMAND_VAR)),
-    }
-}
 
 /// START-1 step 5 for an exec node: starts the component (Hello, version) and wraps it in the
 /// node family `cfg.kind` names. `open` is sent later, when the loop opens the node.
 pub fn build_exec_node(
     cfg: &WorkerConfig,
-    vars: &BTreeMap<String, String>,
-    argv: &[String],
+    component: &ComponentConfig,
 ) -> Result<BuiltNode, VfError> {
-    let opts = HostOptions::from_env(vars)?;
-    let host = tokio::task::block_in_place(|| ComponentHost::start(argv, opts))?;
+    let opts = HostOptions::from(component);
+    let host = tokio::task::block_in_place(|| ComponentHost::start(&component.command, opts))?;
     let identity = NodeIdentity {
         flow_id: cfg.flow_id.clone(),
         run_id: cfg.run_id.clone(),

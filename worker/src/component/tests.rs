@@ -299,30 +299,6 @@ fn an_answer_to_another_request_is_a_contract_error() {
     peer.join().expect("component thread");
 }
 
-#[test]
-fn command_var_parses_or_explains() {
-    let mut vars = BTreeMap::new();
-    assert_eq!(command_from_env(&vars).expect("unset"), None);
-    vars.insert(COMMAND_VAR.to_owned(), r#"["python3","-m","x"]"#.to_owned());
-    assert_eq!(
-        command_from_env(&vars).expect("parses"),
-        Some(vec!["python3".into(), "-m".into(), "x".into()])
-    );
-    vars.insert(COMMAND_VAR.to_owned(), "[]".to_owned());
-    assert_eq!(
-        command_from_env(&vars).expect_err("empty").code,
-        ErrorCode::Config
-    );
-    let mut t = BTreeMap::new();
-    t.insert(START_TIMEOUT_VAR.to_owned(), "2".to_owned());
-    t.insert(CALL_TIMEOUT_VAR.to_owned(), "0".to_owned());
-    let o = HostOptions::from_env(&t).expect("parses");
-    assert_eq!(o.start_timeout, Duration::from_secs(2));
-    assert_eq!(o.call_timeout, None);
-    t.insert(CALL_TIMEOUT_VAR.to_owned(), "-1".to_owned());
-    assert!(HostOptions::from_env(&t).is_err());
-}
-
 /// Answers `open` (request 1) as a scripted component does.
 fn answer_open(s: &mut UnixStream) {
     let open = recv(s);

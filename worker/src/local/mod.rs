@@ -29,9 +29,11 @@ use videoflow_core::compile::compile;
 use videoflow_core::errors::{EXIT_INTERRUPTED, VfError};
 use videoflow_core::load::load_flow;
 use videoflow_core::model::FlowDocument;
-use videoflow_testkit::{NatsServer, RedisServer};
+use videoflow_services::{NatsServer, RedisServer};
 
 use crate::broker::{self, Broker, StopFlag};
+use crate::config::environment::LOCAL_WORKER_PASSTHROUGH;
+use crate::config::{Environment, LogConfig};
 use crate::provision::{node_vars, provision};
 use supervisor::Worker;
 
@@ -57,6 +59,8 @@ pub struct RunOptions {
     pub timeout: Option<Duration>,
     /// The workers' working directory (default `videoflow-runs/<flow name>`).
     pub workdir: Option<PathBuf>,
+    /// The runner's environment: logging settings, and the variables its workers inherit.
+    pub environment: Environment,
 }
 
 /// The canonical class of the self-checking consumer whose artifacts the runner verifies.
@@ -143,14 +147,18 @@ async fn run(opts: RunOptions, interrupt: StopFlag) -> Result<i32, VfError> {
         "run directory: {} (workers' working directory; relative paths in params land here)",
         workdir.display()
     );
-    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let colour =
+        std::io::stderr().is_terminal() && !LogConfig::from_env(&opts.environment).no_color;
+    let inherited = opts.environment.passthrough(&LOCAL_WORKER_PASSTHROUGH);
     let mut workers = Vec::new();
     for spec in &flow.nodes {
         for r in 0..spec.nb_tasks {
             let vars = node_vars(&doc, &flow, &spec.name, r, &nats_url)?;
             let log = dir.join(format!("{}.{r}.termination", spec.name));
             workers.push(
-                Worker::new(&spec.name, r, vars, log, workers.len()).with_cwd(workdir.clone()),
+                Worker::new(&spec.name, r, vars, log, workers.len())
+                    .with_cwd(workdir.clone())
+                    .with_inherited(inherited.clone()),
             );
         }
     }

@@ -3,6 +3,7 @@
 //! one ended.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
@@ -29,6 +30,7 @@ pub struct Worker {
     pub exit: Option<i32>,
     colour: &'static str,
     cwd: Option<PathBuf>,
+    inherited: Vec<(OsString, OsString)>,
 }
 
 const COLOURS: [&str; 6] = [
@@ -54,7 +56,16 @@ impl Worker {
             exit: None,
             colour: COLOURS[index % COLOURS.len()],
             cwd: None,
+            inherited: Vec::new(),
         }
+    }
+
+    /// The runner's variables the process inherits
+    /// ([`crate::config::environment::LOCAL_WORKER_PASSTHROUGH`]); the rendered node
+    /// variables win over them.
+    pub fn with_inherited(mut self, vars: Vec<(OsString, OsString)>) -> Self {
+        self.inherited = vars;
+        self
     }
 
     /// Starts the process in `dir` (the run directory) instead of the runner's own.
@@ -77,7 +88,7 @@ impl Worker {
         }
         let mut child = command
             .env_clear()
-            .envs(passthrough_env())
+            .envs(self.inherited.iter().cloned())
             .envs(&self.vars)
             .env("VF_TERMINATION_LOG", &self.termination_log)
             .stdin(Stdio::null())
@@ -165,28 +176,6 @@ impl Worker {
     pub fn backoff(&self) -> Duration {
         Duration::from_secs(1 << self.restarts.min(4))
     }
-}
-
-/// Variables a worker may need from the runner's environment (logging, paths, and the
-/// `PATH`/`PYTHONPATH` an exec component's program is found and runs with); never the
-/// runner's other variables, so a local run sees exactly what a pod would.
-fn passthrough_env() -> Vec<(String, String)> {
-    std::env::vars()
-        .filter(|(k, _)| {
-            matches!(
-                k.as_str(),
-                "PATH"
-                    | "HOME"
-                    | "TMPDIR"
-                    | "NO_COLOR"
-                    | "VF_LOG"
-                    | "VF_STRUCTURED_LOGS"
-                    | "VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES"
-                    // Exec components run with the user's toolchain (issue #10).
-                    | "PYTHONPATH"
-            )
-        })
-        .collect()
 }
 
 fn forward<R: tokio::io::AsyncRead + Unpin + Send + 'static>(stream: R, prefix: String) {

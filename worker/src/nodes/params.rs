@@ -4,9 +4,13 @@
 //! whatever is left is unknown, and the error can list the accepted ones. Every failure is
 //! `VF_CONFIG` naming the parameter, the class and the offending value.
 
+use std::time::Duration;
+
 use serde_json::{Map, Value as Json};
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::partition::py_repr_str;
+
+use crate::config::{MAX_SECONDS, bounded_seconds};
 
 /// The node family, which decides the base-class parameters a class accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +102,34 @@ impl<'a> Params<'a> {
     /// [`Params::opt_float`] with Python's default.
     pub(crate) fn float(&mut self, name: &'static str, default: f64) -> Result<f64, VfError> {
         Ok(self.opt_float(name)?.unwrap_or(default))
+    }
+
+    /// A span of seconds as a [`Duration`]: refused (naming the parameter) when negative, not
+    /// finite or beyond [`MAX_SECONDS`], where `Duration::from_secs_f64` would panic.
+    pub(crate) fn seconds_value(&self, name: &str, seconds: f64) -> Result<Duration, VfError> {
+        bounded_seconds(name, seconds).map_err(|_| {
+            self.bad(
+                name,
+                &format!("a number of seconds between 0 and {MAX_SECONDS:.0}"),
+                &Json::from(seconds),
+            )
+        })
+    }
+
+    /// The period an `fps` parameter asks for: `1 / fps` when positive (1.0.4's rule), `None`
+    /// otherwise; a rate so low that no clock can wait out its period is refused.
+    pub(crate) fn fps_period(&mut self, name: &'static str) -> Result<Option<Duration>, VfError> {
+        let fps = self.float(name, -1.0)?;
+        if fps.is_nan() || fps <= 0.0 {
+            return Ok(None);
+        }
+        self.seconds_value(name, 1.0 / fps).map(Some).map_err(|_| {
+            self.bad(
+                name,
+                &format!("a frame rate of at least 1/{MAX_SECONDS:.0} per second"),
+                &Json::from(fps),
+            )
+        })
     }
 
     /// A string parameter.

@@ -13,12 +13,7 @@ use super::{Input, NodeContext, Processor, normalize_output};
 
 /// The wait 1.0.4 derives from an `fps` parameter: `1 / fps` when positive, else none.
 fn fps_wait(p: &mut Params<'_>) -> Result<Duration, VfError> {
-    let fps = p.float("fps", -1.0)?;
-    Ok(if fps > 0.0 {
-        Duration::from_secs_f64(1.0 / fps)
-    } else {
-        Duration::ZERO
-    })
+    Ok(p.fps_period("fps")?.unwrap_or(Duration::ZERO))
 }
 
 fn pause(wait: Duration) {

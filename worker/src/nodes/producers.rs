@@ -34,19 +34,10 @@ impl IntProducer {
     pub(crate) fn from_params(p: &mut Params<'_>) -> Result<Self, VfError> {
         let start = p.int("start_value", 0)?;
         let end = p.opt_int("end_value")?;
-        let mut wait = p.float("wait_time_in_seconds", 0.0)?;
-        let fps = p.float("fps", -1.0)?;
-        if fps > 0.0 {
-            wait = 1.0 / fps;
-        }
+        let wait = p.float("wait_time_in_seconds", 0.0)?;
         // 1.0.4 fails later, in the first next() (`sleep length must be non-negative`).
-        let wait = Duration::try_from_secs_f64(wait).map_err(|_| {
-            p.bad(
-                "wait_time_in_seconds",
-                "a non-negative number",
-                &serde_json::json!(wait),
-            )
-        })?;
+        let wait = p.seconds_value("wait_time_in_seconds", wait)?;
+        let wait = p.fps_period("fps")?.unwrap_or(wait);
         Ok(IntProducer::new(start, end, wait))
     }
 }
@@ -101,7 +92,7 @@ impl SyntheticFrameProducer {
                     .map_err(|_| p.bad("count", "a non-negative integer", &serde_json::json!(c)))?,
             ),
         };
-        let fps = p.float("fps", -1.0)?;
+        let period = p.fps_period("fps")?;
         let bytes = u64::from(width) * u64::from(height) * u64::from(channels);
         if bytes > MAX_SYNTHETIC_FRAME_BYTES {
             return Err(p.bad(
@@ -115,7 +106,7 @@ impl SyntheticFrameProducer {
             height,
             channels,
             count,
-            period: (fps > 0.0).then(|| Duration::from_secs_f64(1.0 / fps)),
+            period,
             index: 0,
             started: None,
         })

@@ -279,29 +279,20 @@ impl Processor for FailOn {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hang {
     hang_on: Vec<i64>,
-    open_seconds: f64,
+    open: Duration,
 }
 
 impl Hang {
-    /// Hangs on `hang_on` (empty: on everything) after an `open()` of `open_seconds`.
-    pub fn new(hang_on: Vec<i64>, open_seconds: f64) -> Self {
-        Hang {
-            hang_on,
-            open_seconds,
-        }
+    /// Hangs on `hang_on` (empty: on everything) after an `open()` that takes `open`.
+    pub fn new(hang_on: Vec<i64>, open: Duration) -> Self {
+        Hang { hang_on, open }
     }
 
     pub(crate) fn from_params(p: &mut Params<'_>) -> Result<Self, VfError> {
         let hang_on = p.int_list("hang_on")?;
         let open_seconds = p.float("open_seconds", 0.0)?;
-        if open_seconds.is_nan() || open_seconds < 0.0 || !open_seconds.is_finite() {
-            return Err(p.bad(
-                "open_seconds",
-                "a non-negative number",
-                &Json::from(open_seconds),
-            ));
-        }
-        Ok(Hang::new(hang_on, open_seconds))
+        let open = p.seconds_value("open_seconds", open_seconds)?;
+        Ok(Hang::new(hang_on, open))
     }
 
     /// Whether `inputs` make `process()` hang.
@@ -315,7 +306,7 @@ impl Hang {
 
 impl Processor for Hang {
     fn open(&mut self, _ctx: &mut NodeContext) -> Result<(), VfError> {
-        std::thread::sleep(Duration::from_secs_f64(self.open_seconds));
+        std::thread::sleep(self.open);
         Ok(())
     }
 
@@ -551,7 +542,7 @@ mod tests {
             h.process(&mut ctx, &[int(1)]),
             Ok(Payload::Value(Value::Int(1)))
         );
-        assert!(Hang::new(Vec::new(), 0.0).hangs_on(&[int(7)]));
+        assert!(Hang::new(Vec::new(), Duration::ZERO).hangs_on(&[int(7)]));
         let m = params(serde_json::json!({"open_seconds": -1}));
         let e = Hang::from_params(&mut Params::new("H", &m)).err();
         assert_eq!(e.map(|e| e.code), Some(ErrorCode::Config));

@@ -1,7 +1,6 @@
 //! The runtime guards wired into START-1: the GPU and asset checks (step 6), the health
 //! server (step 9) and the progress deadline with its watchdog (step 10).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,28 +22,26 @@ const PENDING_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// asset check, both off the async runtime (they run `nvidia-smi` and hash files).
 pub(crate) async fn device_checks(
     cfg: &Arc<WorkerConfig>,
-    vars: &BTreeMap<String, String>,
     is_processor: bool,
 ) -> Result<(), VfError> {
     let cfg = cfg.clone();
-    let mask = vars.get("CUDA_VISIBLE_DEVICES").cloned();
-    let path = vars.get("PATH").map(std::ffi::OsString::from);
     tokio::task::spawn_blocking(move || {
+        let device = &cfg.device;
         let probe = NvidiaSmi {
-            path,
+            path: device.path.clone(),
             ..NvidiaSmi::default()
         };
         gpu::check_node(
             &cfg.node_name,
             is_processor,
-            &cfg.device,
-            mask.as_deref(),
+            device,
+            device.cuda_visible_devices.as_deref(),
             &probe,
         )?;
         crate::assets::verify_assets(
             &cfg.node_name,
-            &crate::assets::hostname(),
-            &cfg.device.assets,
+            &crate::assets::hostname(device.hostname.as_deref()),
+            &device.assets,
         )?;
         Ok(())
     })

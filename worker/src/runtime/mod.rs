@@ -21,8 +21,6 @@ mod receive;
 mod settle;
 mod window;
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use videoflow_core::errors::{EXIT_INTERRUPTED, EXIT_TERMINATED, ErrorCode, VfError};
@@ -32,7 +30,7 @@ use crate::broker::{
     self, Broker, DeliveryKind, DurableRequest, Inbox, InboxConfig, PublishMode, Publisher,
     StopFlag, SubscriptionSpec,
 };
-use crate::config::WorkerConfig;
+use crate::config::{Environment, FaultConfig, WorkerConfig};
 use crate::delivery::Breaker;
 use crate::emit::Emitter;
 use crate::idempotency::IdempotencyStore;
@@ -48,9 +46,6 @@ use settle::Settler;
 /// Local queue depth of a REALTIME node's data subscriptions (see `build_loop`).
 const REALTIME_QUEUE_CAPACITY: usize = 1;
 
-/// Default `VF_TERMINATION_LOG`.
-pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
-
 /// The process-wide flags the loops check every iteration.
 #[derive(Debug, Clone, Default)]
 pub struct Signals {
@@ -65,23 +60,20 @@ pub struct Signals {
 /// Runs one node from `vars` (the process environment, injected) and returns the exit status.
 /// Every typed failure is logged, written to the termination log and mapped to its class's
 /// exit code.
-pub async fn run_node(vars: &BTreeMap<String, String>, signals: Signals) -> i32 {
-    let termination_log = vars
-        .get("VF_TERMINATION_LOG")
-        .filter(|v| !v.is_empty())
-        .map_or_else(|| PathBuf::from(DEFAULT_TERMINATION_LOG), PathBuf::from);
-    match start(vars, &signals).await {
+pub async fn run_node(env: &Environment, signals: Signals) -> i32 {
+    let termination_log = crate::config::termination_log_path(env.vars());
+    match start(env, &signals).await {
         Ok(code) => code,
         Err(e) => crate::termination::report(&termination_log, &e),
     }
 }
 
 /// The worker's life from configuration to a clean exit status, or the error that ended it.
-async fn start(vars: &BTreeMap<String, String>, signals: &Signals) -> Result<i32, VfError> {
+async fn start(env: &Environment, signals: &Signals) -> Result<i32, VfError> {
     // START-1 step 1: the conformance fault schedule (ENV-16/17), before anything it guards.
-    crate::faults::install_from_env(vars)?;
+    crate::faults::install_configured(&FaultConfig::from_env(env.vars()))?;
     // START-1 step 2: configuration, before any connection.
-    let cfg = Arc::new(WorkerConfig::from_env(vars)?);
+    let cfg = Arc::new(WorkerConfig::from_environment(env)?);
     tracing::info!(node = %cfg.node_name, kind = %cfg.kind.as_str(), replica = cfg.replica_id(), flow = %cfg.flow_id, run = %cfg.run_id, "starting");
     // HEALTH-2: the first beat is taken now, before the messenger connects.
     crate::health::install(crate::health::HealthState::new(&cfg.node_name));
@@ -96,10 +88,9 @@ async fn start(vars: &BTreeMap<String, String>, signals: &Signals) -> Result<i32
         )?),
         None => None,
     };
-    // Step 5: the node — an exec component (issue #10) when a command is given, else a
-    // built-in class.
-    let node = match crate::component::command_from_env(vars)? {
-        Some(argv) => crate::component::build_exec_node(&cfg, vars, &argv)?,
+    // Step 5: the node — an exec component when a command is given, else a built-in class.
+    let node = match &cfg.component {
+        Some(component) => crate::component::build_exec_node(&cfg, component)?,
         None => {
             let class = cfg.node_class.clone().ok_or_else(|| {
                 VfError::new(ErrorCode::Config, "VF_NODE_CLASS is required.")
@@ -109,7 +100,7 @@ async fn start(vars: &BTreeMap<String, String>, signals: &Signals) -> Result<i32
         }
     };
     // Step 6: GPU grant check, then asset check — before any connection and `open()`.
-    guards::device_checks(&cfg, vars, matches!(node, BuiltNode::Processor(_))).await?;
+    guards::device_checks(&cfg, matches!(node, BuiltNode::Processor(_))).await?;
     // Step 7: the runtime store; a replica without an id claims a slot (ENV-5 step 3), then
     // the run ledger under the replica id it ends up with.
     let store = crate::store::RuntimeStore::open(&cfg.runtime_store_url)?;
@@ -206,10 +197,7 @@ fn output_for(
     signals: &Signals,
     replica: u32,
 ) -> Result<Output, VfError> {
-    let configured = std::env::var("VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(blob::DEFAULT_MAX_INLINE_PAYLOAD_BYTES);
+    let configured = cfg.max_inline_payload_bytes;
     let max_payload = Some(broker.client().server_info().max_payload as u64);
     let threshold = blob::threshold_for(&cfg.node_name, configured, max_payload, blob.is_some())?;
     Ok(Output::new(

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::TestkitError;
+use crate::ServiceError;
 
 /// How long a server gets to accept connections.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -18,7 +18,7 @@ pub(crate) const START_ATTEMPTS: usize = 3;
 pub(crate) fn find_binary(
     binary: &'static str,
     env_var: &'static str,
-) -> Result<PathBuf, TestkitError> {
+) -> Result<PathBuf, ServiceError> {
     if let Some(p) = std::env::var_os(env_var) {
         return Ok(PathBuf::from(p));
     }
@@ -26,7 +26,7 @@ pub(crate) fn find_binary(
     std::env::split_paths(&path)
         .map(|dir| dir.join(binary))
         .find(|candidate| candidate.is_file())
-        .ok_or(TestkitError::MissingBinary { binary, env_var })
+        .ok_or(ServiceError::MissingBinary { binary, env_var })
 }
 
 /// A running server.
@@ -46,10 +46,10 @@ impl ServerProcess {
         dir: PathBuf,
         port: u16,
         probe: impl Fn(&mut TcpStream) -> bool,
-    ) -> Result<Self, TestkitError> {
+    ) -> Result<Self, ServiceError> {
         let io = |what: &str| {
             let what = format!("{binary}: {what}");
-            move |source| TestkitError::Io { what, source }
+            move |source| ServiceError::Io { what, source }
         };
         let log = dir.join("server.log");
         let out = File::create(&log).map_err(io("creating its log"))?;
@@ -74,7 +74,7 @@ impl ServerProcess {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Err(TestkitError::NotReady {
+        Err(ServiceError::NotReady {
             binary,
             port,
             secs: READY_TIMEOUT.as_secs(),
@@ -106,11 +106,11 @@ impl Drop for ServerProcess {
 }
 
 /// A fresh private directory under the system temp dir.
-pub(crate) fn temp_dir(prefix: &str) -> Result<PathBuf, TestkitError> {
+pub fn temp_dir(prefix: &str) -> Result<PathBuf, ServiceError> {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("{prefix}-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|source| TestkitError::Io {
+    std::fs::create_dir_all(&dir).map_err(|source| ServiceError::Io {
         what: format!("creating {}", dir.display()),
         source,
     })?;

@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use crate::TestkitError;
+use crate::ServiceError;
 use crate::port::free_port;
 use crate::process::{START_ATTEMPTS, ServerProcess, find_binary, request_line, temp_dir};
 
@@ -16,17 +16,17 @@ pub struct RedisServer {
 
 impl RedisServer {
     /// Starts a server with default settings (no AOF, no RDB snapshots).
-    pub fn start() -> Result<Self, TestkitError> {
+    pub fn start() -> Result<Self, ServiceError> {
         Self::start_with(&[])
     }
 
     /// Starts a server with extra `--name value` arguments, e.g. `["--appendonly", "yes"]`.
-    pub fn start_with(extra: &[&str]) -> Result<Self, TestkitError> {
+    pub fn start_with(extra: &[&str]) -> Result<Self, ServiceError> {
         let bin = find_binary("redis-server", "VF_REDIS_SERVER_BIN")?;
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
             let dir = temp_dir("vf-redis")?;
-            let port = free_port().map_err(|source| TestkitError::Io {
+            let port = free_port().map_err(|source| ServiceError::Io {
                 what: "redis-server: picking a port".into(),
                 source,
             })?;
@@ -51,7 +51,7 @@ impl RedisServer {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or(TestkitError::MissingBinary {
+        Err(last.unwrap_or(ServiceError::MissingBinary {
             binary: "redis-server",
             env_var: "VF_REDIS_SERVER_BIN",
         }))

@@ -1,4 +1,4 @@
-//! The worker's `VF_*` environment contract (protocol §1, ENV-1…ENV-19), parsed into one typed
+//! One node replica's `VF_*` contract (protocol §1, ENV-1…ENV-19), parsed into one typed
 //! [`WorkerConfig`].
 //!
 //! Why one pure parser over an injected map: every startup failure must be a ConfigError that
@@ -7,20 +7,34 @@
 //! 1.0.4's `run_from_env` accepts (Python `int()` / `float()` / `json.loads`), but where 1.0.4
 //! fails untyped this module reports a typed [`VfError`] with code `VF_CONFIG` (exit 2,
 //! §21.1 item 3). Variables the table gives an exact ConfigError text for use exactly it.
+//! Seconds are bounded here ([`super::MAX_SECONDS`]) so no later `Duration` conversion panics.
 //!
 //! Not resolved here: ENV-5 step 3 (claiming a replica slot needs the run ledger, see
 //! [`WorkerConfig::needs_slot_claim`]), the runtime-store and blob-store URL schemes (checked
-//! by the store factories, STORE-2/BLOB-4), the GPU grant JSON (kept raw for §18.2) and the
+//! by the store factories, STORE-2/BLOB-4), the GPU grant JSON (kept raw for §18.2), the fault
+//! schedule's grammar (read by START-1 step 1 through [`super::FaultConfig`]) and the
 //! ledger-only `VF_RECONCILE_INTERVAL_SECONDS`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::{Map, Value as Json};
-use videoflow_core::errors::{ErrorCode, VfError};
+use videoflow_core::errors::VfError;
 use videoflow_core::join::policy::{JoinPolicy, PREFETCH};
-use videoflow_core::model::{AssetDecl, DeliveryMode, FlowType, GpuFallback, NodeKind, OnError};
+use videoflow_core::model::{DeliveryMode, FlowType, NodeKind, OnError};
 use videoflow_core::partition::py_repr_str;
+
+use super::component::ComponentConfig;
+use super::device::{DeviceConfig, parse_device};
+use super::environment::Environment;
+use super::logging::structured_logs;
+use super::read::{
+    Env, FloatRule, MAX_SECONDS, config_error, invalid_json, not_a_number, py_int, split_list,
+};
+
+/// The default inline threshold (`VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES`, BLOB-1): larger encoded
+/// payloads are offloaded to the payload store.
+pub const DEFAULT_MAX_INLINE_PAYLOAD_BYTES: usize = 524_288;
 
 /// The envelope version this build emits (WIRE-1/WIRE-2).
 pub const SUPPORTED_ENVELOPE_VERSION: i64 = 4;
@@ -88,36 +102,6 @@ pub struct ProfileRequest {
     pub profile: String,
     /// Profile options (`horizon_seconds`, `key`, …); empty when absent or null.
     pub options: Map<String, Json>,
-}
-
-/// `VF_DEVICE_TYPE` (design §5): where the node's work runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DeviceType {
-    /// No accelerator (the default when unset or empty).
-    #[default]
-    Cpu,
-    /// A GPU node: the grant is checked before `open()` (§18.2).
-    Gpu,
-}
-
-/// The GPU and asset variables (design §5, ENV-14, §18), read only by device checks.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DeviceConfig {
-    /// `VF_DEVICE_TYPE`.
-    pub device_type: DeviceType,
-    /// `VF_GPU_COUNT`: requested devices (default 1; informational to 1.0.4).
-    pub gpu_count: i64,
-    /// `VF_GPU_RESOURCE_NAME`: the extended resource name; `None` when unset or empty.
-    pub gpu_resource_name: Option<String>,
-    /// `VF_GPU_FALLBACK`; `None` when unset so the §18.2 check applies its own default.
-    pub gpu_fallback: Option<GpuFallback>,
-    /// `VF_GPU_REQUIRES_PEER_ACCESS` is `1`.
-    pub requires_peer_access: bool,
-    /// `VF_GPU_GRANT_JSON`, raw: the grant is parsed by the GPU check (GPU-1), whose failure
-    /// text is its own.
-    pub gpu_grant_json: Option<String>,
-    /// `VF_ASSETS_JSON`: declared assets to verify before `open()` (ASSET-1).
-    pub assets: Vec<AssetDecl>,
 }
 
 /// The delivery credit of every data durable of this node (STREAM-15).
@@ -224,17 +208,22 @@ pub struct WorkerConfig {
     pub node_params: Map<String, Json>,
     /// `VF_NODE_CLASS`; kept for diagnostics, a Rust worker does not require it.
     pub node_class: Option<String>,
+    /// The exec component (`VF_COMPONENT_COMMAND_JSON` and its deadlines), if any.
+    pub component: Option<ComponentConfig>,
+    /// `VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES` (default 524288, BLOB-1); a value that is not a
+    /// byte count is the default, as 1.0.4 reads it.
+    pub max_inline_payload_bytes: usize,
 }
 
 impl WorkerConfig {
-    /// Reads the real process environment. Only the binary calls this; tests use
-    /// [`WorkerConfig::from_env`] with an explicit map. Non-UTF-8 values are skipped (and so
-    /// read as unset).
-    pub fn from_process_env() -> Result<WorkerConfig, VfError> {
-        let vars: BTreeMap<String, String> = std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-            .collect();
-        WorkerConfig::from_env(&vars)
+    /// Parses `env` after refusing a variable it reads that is not UTF-8 (the binary's path;
+    /// tests use [`WorkerConfig::from_env`] with an explicit map).
+    ///
+    /// # Errors
+    /// As [`WorkerConfig::from_env`], and `VF_CONFIG` naming a non-UTF-8 variable.
+    pub fn from_environment(env: &Environment) -> Result<WorkerConfig, VfError> {
+        env.check_unicode()?;
+        WorkerConfig::from_env(env.vars())
     }
 
     /// Parses the contract from `vars` (ENV-1…ENV-19). Missing required variables fail
@@ -285,7 +274,7 @@ impl WorkerConfig {
             Some(v) => (parse_on_error(v)?, true),
         };
         let breaker_threshold = env.int_or("VF_BREAKER_THRESHOLD", 10)?;
-        let progress_timeout_seconds = env.float_or("VF_PROGRESS_TIMEOUT_SECONDS", 300.0)?;
+        let progress_timeout_seconds = parse_progress_timeout(&env)?;
         let watchdog_interval_seconds = WATCHDOG_INTERVAL
             .parse(env.get("VF_WATCHDOG_INTERVAL_SECONDS"))?
             .unwrap_or(5.0);
@@ -330,9 +319,12 @@ impl WorkerConfig {
         let store_backpressure_seconds =
             STORE_BACKPRESSURE.parse(env.get("VF_STORE_BACKPRESSURE_SECONDS"))?;
         let device = parse_device(&env)?;
-        let structured_logs = env
-            .get("VF_STRUCTURED_LOGS")
-            .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes"));
+        let structured_logs = structured_logs(env.get("VF_STRUCTURED_LOGS"));
+        let component = ComponentConfig::from_env(vars)?;
+        let max_inline_payload_bytes = env
+            .get("VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES")
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(DEFAULT_MAX_INLINE_PAYLOAD_BYTES);
         let termination_log = PathBuf::from(
             env.non_empty("VF_TERMINATION_LOG")
                 .unwrap_or(DEFAULT_TERMINATION_LOG),
@@ -384,6 +376,8 @@ impl WorkerConfig {
             structured_logs,
             node_params,
             node_class,
+            component,
+            max_inline_payload_bytes,
         })
     }
 
@@ -476,58 +470,37 @@ impl WorkerConfig {
     }
 }
 
-/// Python `int()` of a string: surrounding whitespace, an optional sign, ASCII digits with
-/// single `_` only between digits. `None` when `int()` would refuse it; values beyond i128
-/// also give `None`.
-pub fn py_int(text: &str) -> Option<i128> {
-    let t = text.trim();
-    let (negative, digits) = match t.as_bytes().first() {
-        Some(b'-') => (true, &t[1..]),
-        Some(b'+') => (false, &t[1..]),
-        _ => (false, t),
-    };
-    if !underscores_between_digits(digits) {
-        return None;
-    }
-    let clean: String = digits.chars().filter(|c| *c != '_').collect();
-    if clean.is_empty() || !clean.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let magnitude: i128 = clean.parse().ok()?;
-    Some(if negative { -magnitude } else { magnitude })
+/// `VF_TERMINATION_LOG` on its own: where a startup failure is recorded, even one that stops
+/// the rest of the configuration from parsing (§15.4).
+pub fn termination_log_path(vars: &BTreeMap<String, String>) -> PathBuf {
+    PathBuf::from(
+        vars.get("VF_TERMINATION_LOG")
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+            .unwrap_or(DEFAULT_TERMINATION_LOG),
+    )
 }
 
-/// Python `float()` of a string: surrounding whitespace, sign, decimal or exponent forms,
-/// `inf`/`infinity`/`nan` in any case, and single `_` between digits.
-pub fn py_float(text: &str) -> Option<f64> {
-    let t = text.trim();
-    if t.is_empty() || !underscores_between_digits(t) {
-        return None;
+/// `VF_PROGRESS_TIMEOUT_SECONDS` (ERR-7): Python `float()`, ≤ 0 disables; a value no clock
+/// can wait out (`inf`, `nan`, beyond [`MAX_SECONDS`]) is refused rather than panicking later.
+fn parse_progress_timeout(env: &Env<'_>) -> Result<f64, VfError> {
+    const VAR: &str = "VF_PROGRESS_TIMEOUT_SECONDS";
+    let x = env.float_or(VAR, 300.0)?;
+    if x.is_nan() || x > MAX_SECONDS {
+        let v = env.get(VAR).unwrap_or_default();
+        return Err(config_error(
+            VAR,
+            Some(v),
+            format!(
+                "{VAR}={} is not a usable number of seconds.",
+                py_repr_str(v)
+            ),
+            format!(
+                "Set {VAR} to at most {MAX_SECONDS:.0} seconds, or to 0 to disable the progress deadline."
+            ),
+        ));
     }
-    let clean: String = t.chars().filter(|c| *c != '_').collect();
-    let body = clean.trim_start_matches(['+', '-']);
-    // Rust also accepts forms Python refuses only in the sign: a doubled sign.
-    if clean.len() - body.len() > 1 {
-        return None;
-    }
-    clean.parse().ok()
-}
-
-/// Whether every `_` in `s` sits between two ASCII digits (Python's numeric literal rule).
-fn underscores_between_digits(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.iter().enumerate().all(|(i, c)| {
-        *c != b'_'
-            || (i > 0 && b[i - 1].is_ascii_digit() && b.get(i + 1).is_some_and(u8::is_ascii_digit))
-    })
-}
-
-/// Splits a comma list, dropping empty pieces without trimming (ENV-3, ENV-12).
-fn split_list(raw: &str) -> Vec<String> {
-    raw.split(',')
-        .filter(|p| !p.is_empty())
-        .map(str::to_owned)
-        .collect()
+    Ok(x)
 }
 
 /// ENV-5 steps 1 and 2.
@@ -561,99 +534,6 @@ fn resolve_replica_id(vars: &BTreeMap<String, String>) -> ReplicaId {
         declared: None,
         source: ReplicaSource::NotDeclared,
     }
-}
-
-/// A `VF_CONFIG` error carrying the variable (and value) as context.
-fn config_error(var: &str, value: Option<&str>, message: String, remedy: String) -> VfError {
-    let err = VfError::new(ErrorCode::Config, message)
-        .with_remedy(remedy)
-        .with_context("variable", var);
-    match value {
-        Some(v) => err.with_context("value", v),
-        None => err,
-    }
-}
-
-/// `<VAR>='<v>' is not a number.` (ENV-1).
-fn not_a_number(var: &str, value: &str, remedy: &str) -> VfError {
-    config_error(
-        var,
-        Some(value),
-        format!("{var}={} is not a number.", py_repr_str(value)),
-        remedy.to_owned(),
-    )
-}
-
-/// `<VAR> is not valid JSON: …` (ENV-1).
-fn invalid_json(var: &str, value: &str, detail: impl std::fmt::Display, remedy: &str) -> VfError {
-    config_error(
-        var,
-        Some(value),
-        format!("{var} is not valid JSON: {detail}"),
-        remedy.to_owned(),
-    )
-}
-
-/// A read-only view of the variables with the typed accessors 1.0.4's reads map onto.
-struct Env<'a>(&'a BTreeMap<String, String>);
-
-impl Env<'_> {
-    fn get(&self, var: &str) -> Option<&str> {
-        self.0.get(var).map(String::as_str)
-    }
-
-    fn non_empty(&self, var: &str) -> Option<&str> {
-        self.get(var).filter(|v| !v.is_empty())
-    }
-
-    /// `os.environ[VAR]`: absent ⇒ `<VAR> is required.`; an empty value is present.
-    fn required(&self, var: &str) -> Result<&str, VfError> {
-        self.get(var).ok_or_else(|| {
-            config_error(
-                var,
-                None,
-                format!("{var} is required."),
-                format!("Set {var}; the control plane renders it for every node worker."),
-            )
-        })
-    }
-
-    /// `int(os.environ.get(VAR, default))`: an empty value is not a number.
-    fn int_or(&self, var: &str, default: i64) -> Result<i64, VfError> {
-        match self.get(var) {
-            None => Ok(default),
-            Some(v) => parse_i64(var, v),
-        }
-    }
-
-    /// `int(v) if v else None`.
-    fn optional_int(&self, var: &str) -> Result<Option<i64>, VfError> {
-        self.non_empty(var).map(|v| parse_i64(var, v)).transpose()
-    }
-
-    /// `float(os.environ.get(VAR, default))`: an empty value is not a number.
-    fn float_or(&self, var: &str, default: f64) -> Result<f64, VfError> {
-        match self.get(var) {
-            None => Ok(default),
-            Some(v) => py_float(v).ok_or_else(|| {
-                not_a_number(var, v, &format!("Set {var} to a number, or unset it."))
-            }),
-        }
-    }
-}
-
-/// Python `int()` into i64; out of range is reported as such.
-fn parse_i64(var: &str, v: &str) -> Result<i64, VfError> {
-    let n = py_int(v)
-        .ok_or_else(|| not_a_number(var, v, &format!("Set {var} to an integer, or unset it.")))?;
-    i64::try_from(n).map_err(|_| {
-        config_error(
-            var,
-            Some(v),
-            format!("{var}={} is out of range.", py_repr_str(v)),
-            format!("Set {var} to an integer that fits in 64 bits, or unset it."),
-        )
-    })
 }
 
 /// `VF_NODE_KIND`: exact table text for an unknown value.
@@ -703,48 +583,6 @@ fn parse_envelope_version(raw: Option<&str>) -> Result<i64, VfError> {
         ));
     }
     Ok(SUPPORTED_ENVELOPE_VERSION)
-}
-
-/// A float variable with a range rule and the reference's exact texts (ENV-15 and friends).
-struct FloatRule {
-    var: &'static str,
-    /// Message tail when the value is not a float (`is not a number.`).
-    not_number: &'static str,
-    /// Message tail when the value breaks `ok` (`is negative.`).
-    out_of_range: &'static str,
-    ok: fn(f64) -> bool,
-    remedy: &'static str,
-    /// Whether a whitespace-only value counts as unset (as `float()` never sees it).
-    blank_is_unset: bool,
-}
-
-impl FloatRule {
-    /// `None` when unset or empty; otherwise the value, or the ConfigError with the exact text.
-    fn parse(&self, raw: Option<&str>) -> Result<Option<f64>, VfError> {
-        let unset = |v: &str| {
-            if self.blank_is_unset {
-                v.trim().is_empty()
-            } else {
-                v.is_empty()
-            }
-        };
-        let Some(v) = raw.filter(|v| !unset(v)) else {
-            return Ok(None);
-        };
-        let fail = |tail: &str| {
-            config_error(
-                self.var,
-                Some(v),
-                format!("{}={} {tail}", self.var, py_repr_str(v)),
-                self.remedy.to_owned(),
-            )
-        };
-        let x = py_float(v).ok_or_else(|| fail(self.not_number))?;
-        if !(self.ok)(x) {
-            return Err(fail(self.out_of_range));
-        }
-        Ok(Some(x))
-    }
 }
 
 /// `VF_WATCHDOG_INTERVAL_SECONDS` (ENV-15): ≥ 0, 0 = no watchdog thread.
@@ -995,122 +833,9 @@ fn parse_node_params(raw: Option<&str>) -> Result<Map<String, Json>, VfError> {
     }
 }
 
-/// The design §5 device variables and `VF_ASSETS_JSON`.
-fn parse_device(env: &Env<'_>) -> Result<DeviceConfig, VfError> {
-    let device_type = match env.non_empty("VF_DEVICE_TYPE") {
-        None | Some("cpu") => DeviceType::Cpu,
-        Some("gpu") => DeviceType::Gpu,
-        Some(v) => {
-            return Err(config_error(
-                "VF_DEVICE_TYPE",
-                Some(v),
-                format!(
-                    "VF_DEVICE_TYPE={} is not a known device type.",
-                    py_repr_str(v)
-                ),
-                "Use one of: cpu, gpu.".into(),
-            ));
-        }
-    };
-    let gpu_count = env.optional_int("VF_GPU_COUNT")?.unwrap_or(1);
-    let gpu_fallback = match env.non_empty("VF_GPU_FALLBACK") {
-        None => None,
-        Some("cpu") => Some(GpuFallback::Cpu),
-        Some("none") => Some(GpuFallback::None),
-        Some(v) => {
-            return Err(config_error(
-                "VF_GPU_FALLBACK",
-                Some(v),
-                format!(
-                    "VF_GPU_FALLBACK={}: gpu_fallback must be one of ('cpu', 'none'), got {}",
-                    py_repr_str(v),
-                    py_repr_str(v)
-                ),
-                "Use one of: cpu, none.".into(),
-            ));
-        }
-    };
-    let requires_peer_access = match env.non_empty("VF_GPU_REQUIRES_PEER_ACCESS") {
-        None | Some("0") => false,
-        Some("1") => true,
-        Some(v) => {
-            return Err(config_error(
-                "VF_GPU_REQUIRES_PEER_ACCESS",
-                Some(v),
-                format!(
-                    "VF_GPU_REQUIRES_PEER_ACCESS={} is not 0 or 1.",
-                    py_repr_str(v)
-                ),
-                "Use 1 to require peer access between the devices, 0 (or unset) otherwise.".into(),
-            ));
-        }
-    };
-    let assets = match env.non_empty("VF_ASSETS_JSON") {
-        None => Vec::new(),
-        Some(v) => {
-            const REMEDY: &str = "Set it to a JSON list of {\"path\", \"sha256\", \"portable\"} objects, or unset it.";
-            let json: Json = serde_json::from_str(v)
-                .map_err(|e| invalid_json("VF_ASSETS_JSON", v, e, REMEDY))?;
-            serde_json::from_value::<Vec<AssetDecl>>(json).map_err(|e| {
-                config_error(
-                    "VF_ASSETS_JSON",
-                    Some(v),
-                    format!(
-                        "VF_ASSETS_JSON={} is not a list of assets: {e}",
-                        py_repr_str(v)
-                    ),
-                    REMEDY.into(),
-                )
-            })?
-        }
-    };
-    Ok(DeviceConfig {
-        device_type,
-        gpu_count,
-        gpu_resource_name: env.non_empty("VF_GPU_RESOURCE_NAME").map(str::to_owned),
-        gpu_fallback,
-        requires_peer_access,
-        gpu_grant_json: env.non_empty("VF_GPU_GRANT_JSON").map(str::to_owned),
-        assets,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn env_5_py_int_accepts_what_python_accepts() {
-        assert_eq!(py_int(" 3 "), Some(3));
-        assert_eq!(py_int("+2"), Some(2));
-        assert_eq!(py_int("-2"), Some(-2));
-        assert_eq!(py_int("1_0"), Some(10));
-        assert_eq!(py_int("\t7\n"), Some(7));
-        for bad in [
-            "", " ", "abc", "1__0", "_1", "1_", "+", "1.0", "--1", "+-1", "0x10",
-        ] {
-            assert_eq!(py_int(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn env_1_py_float_accepts_what_python_accepts() {
-        assert_eq!(py_float(" 1.5 "), Some(1.5));
-        assert_eq!(py_float("1_000.5"), Some(1000.5));
-        assert_eq!(py_float("-2e3"), Some(-2000.0));
-        assert_eq!(py_float(".5"), Some(0.5));
-        assert_eq!(py_float("Infinity"), Some(f64::INFINITY));
-        assert!(py_float("nan").is_some_and(f64::is_nan));
-        for bad in ["", "abc", "1__0", "_1", "1_.5", "--1", "1e", "."] {
-            assert_eq!(py_float(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn env_3_split_list_keeps_spaces() {
-        assert_eq!(split_list("a,,b, c,"), vec!["a", "b", " c"]);
-        assert!(split_list("").is_empty());
-    }
 
     #[test]
     fn blob_16_obligation_store_scheme() {

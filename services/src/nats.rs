@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use crate::TestkitError;
+use crate::ServiceError;
 use crate::port::free_port;
 use crate::process::{START_ATTEMPTS, ServerProcess, find_binary, request_line, temp_dir};
 
@@ -17,12 +17,12 @@ pub struct NatsServer {
 
 impl NatsServer {
     /// Starts a server; retries with fresh ports if one was taken meanwhile.
-    pub fn start() -> Result<Self, TestkitError> {
+    pub fn start() -> Result<Self, ServiceError> {
         let bin = find_binary("nats-server", "VF_NATS_SERVER_BIN")?;
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
             let dir = temp_dir("vf-nats")?;
-            let io = |source| TestkitError::Io {
+            let io = |source| ServiceError::Io {
                 what: "nats-server: picking a port".into(),
                 source,
             };
@@ -54,7 +54,7 @@ impl NatsServer {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or(TestkitError::MissingBinary {
+        Err(last.unwrap_or(ServiceError::MissingBinary {
             binary: "nats-server",
             env_var: "VF_NATS_SERVER_BIN",
         }))
