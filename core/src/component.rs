@@ -1,4 +1,4 @@
-//! The component protocol (design §5 "exec", issue #10): what an exec node's program and
+//! The component protocol (design §5 "exec"): what an exec node's program and
 //! `videoflow-worker` exchange over `VF_COMPONENT_SOCKET`.
 //!
 //! The schema is `core/proto/videoflow/component/v1/component.proto` (its header documents

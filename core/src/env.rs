@@ -105,7 +105,7 @@ pub fn render_node_env(
         }
     }
     if let Some(argv) = spec.command.as_ref().filter(|c| !c.is_empty()) {
-        // Issue #10: the exec component's program and arguments, so a worker started without
+        // The exec component's program and arguments, so a worker started without
         // `exec -- <argv>` (the local runner) hosts the same program.
         lit("VF_COMPONENT_COMMAND_JSON", json!(argv).to_string());
     }

@@ -5,14 +5,12 @@ use prost::Message as _;
 
 use super::error::EnvelopeError;
 use super::fast;
-use super::payload::{BLOBREF_TYPE, Payload, decode_payload_bytes};
+use super::payload::{BLOBREF_TYPE, Payload};
+use super::payload_codec::decode_payload_bytes;
 use super::proto;
-use super::record::{Envelope, MsgType};
+use super::record::{ENVELOPE_VERSION, Envelope, MsgType};
 use super::wire;
 use super::wire_error::WireError;
-
-/// The only envelope version this build encodes or decodes (WIRE-1).
-pub const ENVELOPE_VERSION: u32 = 4;
 
 /// True when `first_byte` opens a msgpack map (fixmap 0x80–0x8F, map16 0xDE, map32 0xDF):
 /// the removed v2/v3 envelope. A v4 envelope starts with 0x08 (field 1, varint).

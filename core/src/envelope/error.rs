@@ -45,7 +45,7 @@ pub enum TensorError {
     },
 }
 
-/// Every way [`encode`](super::encode) and [`decode`](super::decode) can fail.
+/// Every way encoding or decoding an envelope (or a payload) can fail.
 ///
 /// Decode variants carry the texts of the reference decoder (WIRE-3) so that DLQ records and
 /// logs read the same in both runtimes; [`code`](Self::code) gives the stable protocol code.
@@ -124,7 +124,7 @@ impl EnvelopeError {
         }
     }
 
-    /// True for failures of [`encode`](super::encode) (and of payload encoding).
+    /// True for encode failures (of an envelope or of a payload).
     pub fn is_encode(&self) -> bool {
         matches!(
             self,
@@ -135,7 +135,7 @@ impl EnvelopeError {
         )
     }
 
-    /// True for failures of [`decode`](super::decode): the delivery is poison
+    /// True for decode failures: the delivery is poison
     /// (`VF_POISON_DECODE`).
     pub fn is_decode(&self) -> bool {
         !self.is_encode()

@@ -1,5 +1,5 @@
 //! The decoder's fast path: the envelope, a `Value` or a `Tensor` parsed straight out of a
-//! contiguous buffer (issue #12, measurement 9).
+//! contiguous buffer (docs/PERFORMANCE.md, measurement 9).
 //!
 //! Why a second decoder: prost's merge functions work through the generic `Buf` trait —
 //! strings are read through `Take` adapters into growing `Vec`s, every nested message costs a

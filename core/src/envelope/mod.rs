@@ -20,6 +20,7 @@ mod codec;
 mod error;
 mod fast;
 mod payload;
+mod payload_codec;
 pub mod proto;
 mod record;
 pub mod tensor;
@@ -27,15 +28,13 @@ pub(crate) mod value_codec;
 mod wire;
 mod wire_error;
 
-pub use codec::{
-    ENVELOPE_VERSION, Peeked, decode, decode_bytes, encode, is_legacy_msgpack, peek, peek_bytes,
-};
+pub use codec::{Peeked, decode, decode_bytes, encode, is_legacy_msgpack, peek, peek_bytes};
 pub use error::{CODE_DECODE, CODE_ENCODE, EnvelopeError, TensorError};
 pub use payload::{
     BLOBREF_TYPE, DETECTIONS_TYPE, FRAME_TYPE, Payload, TENSOR_TYPE, TRACKS_TYPE, VALUE_TYPE,
-    decode_payload, decode_payload_bytes, encode_payload,
 };
-pub use record::{Envelope, MsgType};
+pub use payload_codec::{decode_payload, decode_payload_bytes, encode_payload};
+pub use record::{ENVELOPE_VERSION, Envelope, MsgType};
 pub use value_codec::MAX_VALUE_DEPTH;
 pub use wire_error::{MAX_ERROR_TEXT_CHARS, UNKNOWN_ERROR_CODE, WireError};
 

@@ -7,6 +7,10 @@ use super::wire_error::WireError;
 use crate::msgid::{MsgKind, msgid};
 use crate::value::Value;
 
+/// The only envelope version this build encodes or decodes (WIRE-1): the wire's `v`, which
+/// is why [`Envelope`] has no version field.
+pub const ENVELOPE_VERSION: u32 = 4;
+
 /// The kind of envelope (`videoflow.v1.MsgType` without UNSPECIFIED, which is never valid).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum MsgType {
@@ -48,9 +52,9 @@ impl From<MsgType> for MsgKind {
 
 /// One envelope, decoded (WIRE-3) or about to be encoded.
 ///
-/// The wire's `v` is not a field: this build only speaks version 4. `Default` gives an empty
-/// DATA envelope with no payload, handy with struct-update syntax; [`encode`](super::encode)
-/// refuses it until a payload is set.
+/// The wire's `v` is not a field: this build only speaks [`ENVELOPE_VERSION`]. `Default` gives
+/// an empty DATA envelope with no payload, handy with struct-update syntax; encoding refuses it
+/// until a payload is set.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Envelope {
     /// The emitter's `VF_NODE_NAME`.

@@ -1,5 +1,5 @@
 //! The envelope's hot path: native values to bytes and back, with no intermediate prost
-//! structs (issue #12, measurement 9).
+//! structs (docs/PERFORMANCE.md, measurement 9).
 //!
 //! Why not the generated types: encoding through them cloned every string, tensor and map
 //! into a `proto::Value` tree, encoded the payload into its own `Vec` and copied that into the
@@ -14,11 +14,11 @@
 //! empty key and default value left out, as `prost::encoding::btree_map` does); the unit tests
 //! compare both encoders on generated envelopes and the golden vectors pin the result.
 //!
-//! Decoding has two tiers. [`super::fast`] parses the plain encoding from a slice and gives up
-//! on anything unusual; the decoder here then decides. It reuses prost's own merge functions
-//! (`prost::encoding`) through small decode-only `Message` impls, so what it accepts or
-//! refuses, its recursion limit and its error texts are prost's; tensors are checked after the
-//! parse, in the order the old converter checked them.
+//! Decoding has two tiers. The fast path (`fast.rs`) parses the plain encoding from a slice
+//! and gives up on anything unusual; the decoder here then decides. It reuses prost's own
+//! merge functions (`prost::encoding`) through small decode-only `Message` impls, so what it
+//! accepts or refuses, its recursion limit and its error texts are prost's; tensors are
+//! checked after the parse, in the order `value_codec::value_from_proto` checks them.
 
 use std::collections::BTreeMap;
 
@@ -31,7 +31,7 @@ use prost::{DecodeError, Message};
 use super::error::{EnvelopeError, TensorError};
 use super::payload::Payload;
 use super::proto;
-use super::record::{Envelope, MsgType};
+use super::record::{ENVELOPE_VERSION, Envelope, MsgType};
 use super::value_codec::{MAX_VALUE_DEPTH, ValueEncodeError};
 use crate::value::{Tensor, Value};
 
@@ -119,7 +119,7 @@ impl Sizes {
 }
 
 /// Length of `v` as a `videoflow.v1.Value` message (its `kind` member; 0 for an empty map,
-/// which travels with no member set) — and the validation of the old `value_to_proto`, in
+/// which travels with no member set) — and the validation `value_codec::value_to_proto` does, in
 /// the same order: depth before children, tensors refused before they are checked.
 pub(super) fn measure_value(
     v: &Value,
@@ -304,8 +304,8 @@ pub(super) fn put_payload(buf: &mut Vec<u8>, p: &Payload, sizes: &mut Sizes) {
 }
 
 /// Encodes a whole envelope; `encode`'s rules (which parts a message type may carry, the
-/// ABORT record) are checked here in the order the prost-based encoder checked them, so the
-/// same input fails with the same error.
+/// ABORT record) are checked here in the order the prost-based reference encoder (the oracle
+/// in `wire_tests`) checks them, so the same input fails with the same error.
 pub(super) fn encode_envelope(env: &Envelope) -> Result<Vec<u8>, EnvelopeError> {
     let mut payload_sizes = Sizes::default();
     let payload_len = match env.msg_type {
@@ -363,7 +363,7 @@ pub(super) fn encode_envelope(env: &Envelope) -> Result<Vec<u8>, EnvelopeError> 
         + error_len.map_or(0, |len| delimited_len(15, len));
 
     let mut buf = Vec::with_capacity(total);
-    put_varint_field(&mut buf, 1, u64::from(super::codec::ENVELOPE_VERSION));
+    put_varint_field(&mut buf, 1, u64::from(ENVELOPE_VERSION));
     put_varint_field(&mut buf, 2, msg_type as u64);
     put_str_field(&mut buf, 3, env.producer_name.as_bytes());
     put_str_field(&mut buf, 4, env.flow_id.as_bytes());
@@ -407,7 +407,8 @@ fn at(message: &'static str, field: &'static str) -> impl FnOnce(DecodeError) ->
     }
 }
 
-/// `videoflow.v1.Envelope`, decoded straight into the fields [`super::peek`] needs.
+/// `videoflow.v1.Envelope`, decoded straight into native fields; the payload stays undecoded
+/// bytes, so a receiver can read the header before it pays for the payload.
 #[derive(Debug, Default)]
 pub(super) struct WireEnvelope {
     pub v: u32,
@@ -704,7 +705,7 @@ impl Message for WireTensor {
 }
 
 /// Checks every tensor nested in a decoded value, lists in order and maps in key order (the
-/// order the proto-to-native conversion used), so the first inconsistent one is reported.
+/// order of the proto-to-native conversion, `value_codec::value_from_proto`), so the first inconsistent one is reported.
 pub(super) fn check_value(v: &Value) -> Result<(), TensorError> {
     match v {
         Value::List(items) => items.iter().try_for_each(check_value),

@@ -1,4 +1,4 @@
-//! The native codec ([`super::wire`]) against the prost-generated types it replaced: the same
+//! The native codec ([`super::wire`]) against an oracle built on the prost-generated types: the same
 //! bytes (or the same error) for every generated envelope, and the same decode outcome —
 //! value or error, error text included — for every generated and mutated buffer, from a
 //! slice and from `Bytes`.
@@ -16,7 +16,7 @@ use super::value_codec::{ValueEncodeError, value_from_proto, value_to_proto};
 use super::*;
 use crate::value::{Tensor, Value};
 
-// -- the oracle: the prost-based codec as it was before issue #12 ---------------------------
+// -- the oracle: the prost-based reference codec the native one is checked against ----------
 
 fn oracle_encode_payload(payload: &Payload) -> Result<(String, Vec<u8>), EnvelopeError> {
     let data = match payload {

@@ -23,14 +23,11 @@ use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
 use super::error::ReconcileError;
-use super::observe::{Applied, Child, Observed};
+use super::observe::{APPLIED_HASH_ANNOTATION, Applied, Child, Observed};
 use crate::render::{Object, Rendered, ScaledObject};
 
 /// The one field manager of every write the operator makes.
 pub const FIELD_MANAGER: &str = "videoflow-operator";
-
-/// Fingerprint of the rendered object, written on it: equal fingerprints mean nothing to do.
-pub const APPLIED_HASH_ANNOTATION: &str = "videoflow.io/applied-hash";
 
 /// Components the plan never prunes: the teardown Job lives through the Flow's deletion.
 const NEVER_PRUNED: [&str; 1] = [super::teardown::TEARDOWN_COMPONENT];

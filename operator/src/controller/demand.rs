@@ -1,4 +1,4 @@
-//! The demand observer (protocol §19 SCALE-1/2, issue #9): what the broker's lag says about
+//! The demand observer (protocol §19 SCALE-1/2): what the broker's lag says about
 //! each node's replica count, written to `status.nodes[].demand`.
 //!
 //! For every node with parents it reads, per edge, the consumer info of the node's data

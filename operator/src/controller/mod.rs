@@ -1,9 +1,10 @@
-//! The reconciler: a kube-runtime Controller for `Flow` (design §7, issue #7).
+//! The reconciler: a kube-runtime Controller for `Flow` (design §7).
 //!
 //! Modules, in pipeline order:
 //! - [`admission`]: validation, the autoscaling refusal and rendering, all problems at once
 //!   (pure);
-//! - [`observe`]: the Flow's children and pods, read by label;
+//! - [`observe`]: the Flow's children and pods, read by label, and the lookups on them
+//!   (a child's applied fingerprint, a Job's conditions);
 //! - [`apply`]: the apply/prune plan (pure) and server-side apply with one field manager;
 //! - [`demand`]: the broker's lag per edge → `status.nodes[].demand` (SCALE-1/2);
 //! - [`termination`]: container exits and stuck containers explained (pure);
@@ -12,6 +13,7 @@
 //! - [`teardown`]: the finalizer's teardown Job and its decision (pure);
 //! - [`reconcile`](mod@reconcile): the pipeline itself and the error policy;
 //! - [`metrics`]: Prometheus metrics;
+//! - [`context`]: what every reconcile shares (client, recorder, configuration, clock);
 //! - [`permissions`]: the API permissions all of the above use (the chart's RBAC).
 //!
 //! [`run`] wires them into a Controller: it owns the kinds the renderer makes (Jobs,
@@ -21,6 +23,7 @@
 
 pub mod admission;
 pub mod apply;
+pub mod context;
 pub mod demand;
 pub mod error;
 pub mod events;
@@ -32,130 +35,27 @@ pub mod status;
 pub mod teardown;
 pub mod termination;
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::{self, Controller};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 
+pub use context::{CONTROLLER_NAME, Clock, Context, system_clock};
 pub use error::ReconcileError;
 pub use metrics::Metrics;
 pub use reconcile::{error_policy, reconcile};
 pub use status::StatusConfig;
 
 use crate::crd::Flow;
-use crate::render::RenderConfig;
 use crate::render::labels::{LABEL_FLOW, LABEL_MANAGED_BY, MANAGED_BY};
-
-/// The reporting controller of Events and the field manager of writes.
-pub const CONTROLLER_NAME: &str = "videoflow-operator";
-
-/// Where "now" comes from: the system clock in the operator, a fixed instant in tests.
-pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
-
-/// The system clock, truncated to whole seconds as `metav1.Time` stores it, so a condition
-/// written and read back compares equal.
-pub fn system_clock() -> Clock {
-    Arc::new(|| {
-        Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH)
-    })
-}
-
-/// What every reconcile shares.
-pub struct Context {
-    /// The API client.
-    pub client: Client,
-    /// The one Event recorder of the process (its series cache aggregates repeats).
-    pub recorder: Recorder,
-    /// The operator's rendering defaults.
-    pub render: RenderConfig,
-    /// Status knobs.
-    pub status: StatusConfig,
-    /// Metrics.
-    pub metrics: Arc<Metrics>,
-    /// The clock.
-    pub clock: Clock,
-    /// Reads the broker's lag into `status.nodes[].demand`; `None` leaves demand untouched.
-    pub demand: Option<Arc<demand::DemandObserver>>,
-    /// Consecutive failures per Flow, for the error policy's backoff.
-    failures: Mutex<HashMap<String, u32>>,
-}
-
-impl Context {
-    /// A context over `client`; `instance` names this replica in Events (its pod name).
-    pub fn new(
-        client: Client,
-        render: RenderConfig,
-        status: StatusConfig,
-        metrics: Arc<Metrics>,
-        clock: Clock,
-        instance: Option<String>,
-    ) -> Self {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: CONTROLLER_NAME.to_owned(),
-                instance,
-            },
-        );
-        Context {
-            client,
-            recorder,
-            render,
-            status,
-            metrics,
-            clock,
-            demand: None,
-            failures: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// The same context with a demand observer (issue #9).
-    pub fn with_demand(mut self, observer: Arc<demand::DemandObserver>) -> Self {
-        self.demand = Some(observer);
-        self
-    }
-
-    /// Now, from the context's clock.
-    pub fn now(&self) -> Timestamp {
-        (self.clock)()
-    }
-
-    fn key(flow: &Flow) -> String {
-        format!(
-            "{}/{}",
-            flow.namespace().unwrap_or_default(),
-            flow.name_any()
-        )
-    }
-
-    /// Counts a failed reconcile of `flow`; returns the consecutive count.
-    pub fn count_failure(&self, flow: &Flow) -> u32 {
-        let Ok(mut failures) = self.failures.lock() else {
-            return 1;
-        };
-        let n = failures.entry(Self::key(flow)).or_insert(0);
-        *n = n.saturating_add(1);
-        *n
-    }
-
-    /// Resets the failure count of `flow` after a successful reconcile.
-    pub fn forget_failures(&self, flow: &Flow) {
-        if let Ok(mut failures) = self.failures.lock() {
-            failures.remove(&Self::key(flow));
-        }
-    }
-}
 
 /// How the Controller runs.
 #[derive(Debug, Clone, PartialEq, Eq)]

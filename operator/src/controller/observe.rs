@@ -8,7 +8,7 @@
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{Job, JobCondition};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
@@ -44,6 +44,10 @@ pub struct Observed {
     pub scaled_objects: Vec<ScaledObject>,
 }
 
+/// The annotation that carries a child's fingerprint of its rendered self: the apply step
+/// writes it on every object it applies; equal fingerprints mean nothing to do.
+pub const APPLIED_HASH_ANNOTATION: &str = "videoflow.io/applied-hash";
+
 /// A child object, kind-erased: what pruning and the apply plan compare.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Child {
@@ -51,7 +55,7 @@ pub struct Child {
     pub kind: &'static str,
     /// Its name.
     pub name: String,
-    /// Its `videoflow.io/applied-hash` annotation, if any.
+    /// Its [`APPLIED_HASH_ANNOTATION`], if any.
     pub applied_hash: Option<String>,
     /// Its `app.kubernetes.io/component` label.
     pub component: Option<String>,
@@ -70,7 +74,7 @@ fn child<K: Resource>(kind: &'static str, o: &K) -> Child {
         applied_hash: meta
             .annotations
             .as_ref()
-            .and_then(|a| a.get(super::apply::APPLIED_HASH_ANNOTATION))
+            .and_then(|a| a.get(APPLIED_HASH_ANNOTATION))
             .cloned(),
         component: meta
             .labels
@@ -85,6 +89,16 @@ fn child<K: Resource>(kind: &'static str, o: &K) -> Child {
             .map(|o| o.uid.clone()),
         deleting: meta.deletion_timestamp.is_some(),
     }
+}
+
+/// The Job's condition of `type_` when it is `True`.
+pub fn job_condition<'a>(job: &'a Job, type_: &str) -> Option<&'a JobCondition> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
 }
 
 fn upsert<K: Resource>(list: &mut Vec<K>, object: K) {

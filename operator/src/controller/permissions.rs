@@ -1,4 +1,4 @@
-//! The Kubernetes API permissions the controller needs, in one place (issue #11).
+//! The Kubernetes API permissions the controller needs, in one place.
 //!
 //! The Helm chart's ClusterRole/Role (`charts/videoflow-operator/templates/rbac.yaml`) and the
 //! static manifests (`config/rbac/`) grant exactly these, no more: `operator/tests/rbac.rs`
@@ -69,7 +69,7 @@ pub const REQUIRED_PERMISSIONS: &[Permission] = &[
         resource: "events",
         verbs: &["create", "patch"],
     },
-    // KEDA ScaledObjects of autoscaled nodes (issue #9): read by label only for Flows that
+    // KEDA ScaledObjects of autoscaled nodes (SCALE-6): read by label only for Flows that
     // may own some, applied and pruned like the other children; no watch. Harmless where
     // KEDA is absent (RBAC does not check that a resource exists).
     Permission {

@@ -12,9 +12,9 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
-use super::Context;
 use super::admission::admit;
 use super::apply::{self, FIELD_MANAGER, Stage, desired_objects, plan};
+use super::context::Context;
 use super::demand::merge_demand;
 use super::error::ReconcileError;
 use super::events::{Transition, publish, transitions};

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::{Job, JobCondition};
+use k8s_openapi::api::batch::v1::JobCondition;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -20,7 +20,7 @@ use videoflow_core::errors::ErrorCode;
 use videoflow_core::model::FlowType;
 
 use super::admission::{Problem, problems_message};
-use super::observe::Observed;
+use super::observe::{Observed, job_condition};
 use super::termination::{Observation, observe_pod};
 use crate::crd::{Flow, FlowPhase, FlowStatus, NodeStatus, condition_types as ct};
 use crate::render::labels::Component;
@@ -119,16 +119,6 @@ pub fn merge_conditions(
             .then_with(|| a.type_.cmp(&b.type_))
     });
     out
-}
-
-/// The Job's condition of `type_` when it is `True`.
-pub fn job_condition<'a>(job: &'a Job, type_: &str) -> Option<&'a JobCondition> {
-    job.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == "True")
 }
 
 /// Whether the run's provisioning Job completed: workers may start.

@@ -15,7 +15,7 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::status::job_condition;
+use super::observe::job_condition;
 use crate::render::Rendered;
 use crate::render::labels::{LABEL_COMPONENT, label_value};
 use crate::render::pod::WORKER_BINARY;
@@ -39,7 +39,8 @@ pub const TEARDOWN_MAX_WAIT: Duration = Duration::from_secs(900);
 ///
 /// Same image, environment (flow, run, broker and store URLs, Secret references included),
 /// scheduling and owner reference as provisioning, so it reaches exactly what provisioning
-/// created; the teardown deletes by owner metadata, never by name prefix (issue #5).
+/// created; the teardown deletes by owner metadata, never by name prefix (a prefix can also
+/// match the streams of another flow or run).
 pub fn teardown_job(rendered: &Rendered) -> Job {
     let mut job = rendered.provision.clone();
     let name =

@@ -1,5 +1,4 @@
-//! KEDA ScaledObjects for the nodes that may autoscale (design §7, protocol §19 SCALE-6,
-//! issue #9).
+//! KEDA ScaledObjects for the nodes that may autoscale (design §7, protocol §19 SCALE-6).
 //!
 //! A node gets a scaler when autoscaling is requested for it (its own `autoscaling.enabled`,
 //! else the Flow's `spec.autoscaling.enabled`) and core's [`fixed_scale_reasons`] finds no

@@ -14,7 +14,7 @@ use videoflow_core::env::{
 };
 use videoflow_core::model::{API_VERSION, FlowDocument, FlowMetadata, KIND, NodeDecl};
 
-use super::RenderConfig;
+use super::config::RenderConfig;
 use super::error::RenderError;
 use super::labels::RunMeta;
 use super::settings::PodExtras;

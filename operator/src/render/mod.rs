@@ -1,5 +1,4 @@
-//! Desired state: a `Flow` rendered into the Kubernetes objects of its current run (design §7,
-//! issue #7).
+//! Desired state: a `Flow` rendered into the Kubernetes objects of its current run (design §7).
 //!
 //! [`render`] is a pure function — no client, no clock, no randomness — so the reconciler's
 //! "build" step, the `videoflow-operator render` command and the snapshot tests all see the
@@ -17,6 +16,7 @@
 //! owner reference to it.
 
 pub mod autoscaling;
+pub mod config;
 pub mod configmaps;
 pub mod context;
 pub mod error;
@@ -25,6 +25,7 @@ pub mod load;
 pub mod pod;
 pub mod provision;
 pub mod settings;
+pub mod volumes;
 pub mod workloads;
 
 use std::collections::BTreeMap;
@@ -37,44 +38,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
 pub use autoscaling::ScaledObject;
+pub use config::{DEFAULT_WORKER_IMAGE, RenderConfig};
 pub use context::{DEFAULT_GPU_RESOURCE, flow_document};
 pub use error::RenderError;
 pub use workloads::{NodeObjects, Workload, WorkloadKind};
 
 use crate::crd::Flow;
 
-/// The worker image when neither the Flow nor the operator's configuration names one: the
-/// tag built from this source tree, so operator and workers agree on the protocol.
-pub const DEFAULT_WORKER_IMAGE: &str = concat!("videoflow-worker:", env!("CARGO_PKG_VERSION"));
-
 /// A StatefulSet's pods carry `controller-revision-hash: <name>-<10 chars>`, a label value of
 /// at most 63 characters, so longer StatefulSet names are accepted and then never run.
 pub const STATEFULSET_NAME_MAX: usize = 52;
-
-/// The operator's defaults: what a Flow may leave out and the cluster still needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RenderConfig {
-    /// Worker image when `spec.image.worker` is absent.
-    pub worker_image: String,
-    /// Pull policy when `spec.image.pullPolicy` is absent.
-    pub image_pull_policy: String,
-    /// Namespace when the Flow has none (an offline render of a file).
-    pub namespace: String,
-    /// NATS URL when the Flow names no broker; without either, rendering fails
-    /// ([`RenderError::NoBroker`]) — a cluster has no local broker to fall back on.
-    pub nats_url: Option<String>,
-}
-
-impl Default for RenderConfig {
-    fn default() -> Self {
-        RenderConfig {
-            worker_image: DEFAULT_WORKER_IMAGE.to_owned(),
-            image_pull_policy: "IfNotPresent".to_owned(),
-            namespace: "default".to_owned(),
-            nats_url: None,
-        }
-    }
-}
 
 /// The desired objects of a Flow's current run, typed, in apply order.
 #[derive(Debug, Clone, PartialEq)]

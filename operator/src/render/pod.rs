@@ -21,11 +21,10 @@ use videoflow_core::model::{ComponentDecl, NodeDecl};
 use super::context::Ctx;
 use super::error::RenderError;
 use super::settings::{non_empty, parse_value};
+use super::volumes::{TMP_DIR, TMP_VOLUME, WRAPPER_DIR, WRAPPER_VOLUME};
 
 /// Where the worker image keeps the worker binary.
 pub const WORKER_BINARY: &str = "/usr/local/bin/videoflow-worker";
-/// Where exec pods find the worker binary the init container copied.
-pub const WRAPPER_DIR: &str = "/videoflow/bin";
 /// The termination record path (§15.4): the kubelet surfaces it in the container status.
 pub const TERMINATION_LOG: &str = "/dev/termination-log";
 /// Name of the worker container, for status readers and `kubectl logs -c`.
@@ -34,11 +33,6 @@ pub const WORKER_CONTAINER: &str = "worker";
 pub const HEALTH_PORT_NAME: &str = "health";
 /// The downward-API annotation an Indexed Job puts its completion index in.
 pub const COMPLETION_INDEX_ANNOTATION: &str = "batch.kubernetes.io/job-completion-index";
-
-/// The writable scratch volume: the root filesystem is read-only.
-pub(crate) const TMP_VOLUME: &str = "vf-tmp";
-/// The volume the exec wrapper is copied into.
-pub(crate) const WRAPPER_VOLUME: &str = "vf-bin";
 
 /// The restricted Pod Security Standard, per container: the worker needs no privilege, and
 /// clusters that enforce `restricted` must admit its pods unchanged.
@@ -98,9 +92,9 @@ pub(crate) fn field_env(name: &str, field_path: &str) -> EnvVar {
     }
 }
 
-/// The writable `/tmp` every container gets (read-only root filesystem).
+/// The writable [`TMP_DIR`] every container gets (read-only root filesystem).
 pub(crate) fn tmp_volume() -> (Volume, VolumeMount) {
-    (empty_dir(TMP_VOLUME), mount(TMP_VOLUME, "/tmp", false))
+    (empty_dir(TMP_VOLUME), mount(TMP_VOLUME, TMP_DIR, false))
 }
 
 fn empty_dir(name: &str) -> Volume {
@@ -267,7 +261,7 @@ pub(crate) fn worker_pod_spec(
                 ..Container::default()
             });
             // `videoflow-worker exec -- <argv>` hosts the user's program over the component
-            // protocol (the `exec` subcommand lands with issue #10).
+            // protocol (docs/COMPONENTS.md).
             let mut args = vec!["exec".to_owned(), "--".to_owned()];
             args.extend(argv);
             (image.to_owned(), vec![wrapper], Some(args))

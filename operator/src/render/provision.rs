@@ -14,6 +14,7 @@ use super::labels::Component;
 use super::pod::{
     TERMINATION_LOG, WORKER_BINARY, env_var, mount, restricted_security_context, tmp_volume,
 };
+use super::volumes::SPECS_VOLUME;
 use super::workloads::pod_failure_policy;
 
 /// Retries of the provisioning pod. More than a node's 3: the usual failure is a broker that
@@ -36,9 +37,6 @@ const PROVISION_ENV: [&str; 7] = [
     "VF_BLOB_REDIS_URL",
     "VF_RUNTIME_STORE_URL",
 ];
-
-/// The specs ConfigMap's volume in the provisioning pod.
-pub(crate) const SPECS_VOLUME: &str = "vf-specs";
 
 /// `vf-<flow>-<run>-provision`.
 pub(crate) fn provision_job(ctx: &Ctx) -> Result<Job, RenderError> {

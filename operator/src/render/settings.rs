@@ -12,12 +12,7 @@ use serde::de::DeserializeOwned;
 use videoflow_core::model::PodSettings;
 
 use super::error::RenderError;
-use super::pod::{TMP_VOLUME, WRAPPER_DIR, WRAPPER_VOLUME};
-use super::provision::SPECS_VOLUME;
-
-/// Volume names and mount paths the renderer owns; `spec.pod` may not reuse them.
-const RESERVED_VOLUMES: [&str; 3] = [TMP_VOLUME, WRAPPER_VOLUME, SPECS_VOLUME];
-const RESERVED_PATHS: [&str; 2] = ["/tmp", WRAPPER_DIR];
+use super::volumes::{RESERVED_PATHS, RESERVED_VOLUMES};
 
 /// `spec.pod`, parsed from the Flow's free JSON into Kubernetes types.
 #[derive(Debug, Clone, Default, PartialEq)]
