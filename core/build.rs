@@ -4,7 +4,7 @@
 //! build their message classes from at run time (see `videoflow_core::component`).
 //!
 //! Why protox: it is a pure-Rust protobuf compiler, so building this crate never needs a
-//! system `protoc` (issue #2). prost-build then turns the descriptors into prost structs.
+//! system `protoc`. prost-build then turns the descriptors into prost structs.
 //! Maps are generated as `BTreeMap` so encoding is deterministic (sorted keys) and decoded
 //! maps iterate in a canonical order.
 
@@ -46,7 +46,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         prost::Message::encode_to_vec(&set),
     )?;
     // Tensor data as `bytes::Bytes`: a Frame / Detections / Tracks payload decoded from a
-    // `Bytes` buffer slices its pixels instead of copying them (issue #12).
+    // `Bytes` buffer slices its pixels instead of copying them.
     prost_build::Config::new()
         .btree_map(["."])
         .bytes([".videoflow.v1.Tensor.data"])

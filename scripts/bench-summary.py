@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Merges one scripts/bench run (flow JSON, criterion estimates, render JSON) into one JSON
-document and a Markdown table with the issue #12 targets. Standard library only."""
+document and a Markdown table with the performance targets. Standard library only."""
 import argparse
 import glob
 import json

@@ -1,4 +1,4 @@
-//! Envelope v4 codec encode/decode (issue #12, measurement 9): a scalar map, 20 detections
+//! Envelope v4 codec encode/decode : a scalar map, 20 detections
 //! (a list of 20 maps, the reference's dict shape), 640×480×3 and 1920×1080×3 `uint8`
 //! tensors inline. Run through `scripts/bench`, or `cargo bench -p videoflow-core --bench codec`.
 //!

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The Python reference's (videoflow 1.0.4) envelope codec on THIS machine, on the same four
-cases as core/benches/codec.rs (issue #12, measurement 9).
+cases as core/benches/codec.rs.
 
 Why: the reference's published v4 figures were measured on another machine; timing both codecs
 on the same (shared, noisy) box gives a ratio that does not depend on the hardware.

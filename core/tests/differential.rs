@@ -1,4 +1,4 @@
-//! Differential tests against the Python reference, videoflow 1.0.4 (issue #13).
+//! Differential tests against the Python reference, videoflow 1.0.4.
 //!
 //! Each test generates a few thousand cases from a seeded generator, asks the reference's own
 //! functions for their answers in one batch (`tests/conformance/refhelper.py`, started once per

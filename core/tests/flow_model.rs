@@ -1,4 +1,4 @@
-//! Flow model, validation diagnostics and compilation (issue #2).
+//! Flow model, validation diagnostics and compilation.
 
 use videoflow_core::compile::{compile, default_run_id};
 use videoflow_core::load::{load_flow, parse_flow};
@@ -54,7 +54,7 @@ fn a_valid_diamond_has_no_diagnostics() {
     assert!(d.is_empty(), "{d:#?}");
 }
 
-/// Done-when of issue #2: three different mistakes, three diagnostics with paths and remedies.
+/// Three different mistakes, three diagnostics with paths and remedies.
 #[test]
 fn three_mistakes_yield_three_diagnostics_with_paths_and_remedies() {
     let text = DIAMOND

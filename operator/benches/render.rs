@@ -1,4 +1,4 @@
-//! Rendering time of a 10-node Flow (issue #12, measurement 10): `render::render` from a
+//! Rendering time of a 10-node Flow : `render::render` from a
 //! parsed `Flow` to every Kubernetes object of its run. Prints one JSON object on stdout.
 //! Run through `scripts/bench`, or `cargo bench -p videoflow-operator --bench render`.
 

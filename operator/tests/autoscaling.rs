@@ -1,4 +1,4 @@
-//! Autoscaling (issue #9, protocol §19 SCALE-1/2/6, design §4 and §7): KEDA ScaledObjects for
+//! Autoscaling (protocol §19 SCALE-1/2/6, design §4 and §7): KEDA ScaledObjects for
 //! eligible nodes, `status.nodes[].scaler` reasons for the others, the admission refusal, the
 //! apply plan, and the demand observer against a real nats-server (no Kubernetes needed).
 //!

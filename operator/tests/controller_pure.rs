@@ -1,4 +1,4 @@
-//! The reconciler's pure steps (issue #7): termination classification, condition merging,
+//! The reconciler's pure steps: termination classification, condition merging,
 //! admission, the apply/prune plan, event transitions, the teardown decision, backoff and
 //! metrics — plain unit tests, no API server.
 

@@ -1,4 +1,4 @@
-//! The Flow CRD artefact and schema (issue #7, design §4).
+//! The Flow CRD artefact and schema (design §4).
 //!
 //! - the committed `crds/flows.videoflow.io.yaml` is exactly what the types generate;
 //! - the generated schema is *structural*, as the API server requires of a v1 CRD;

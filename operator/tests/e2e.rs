@@ -907,7 +907,7 @@ async fn readme_kubernetes(w: Arc<World>) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// RBAC (issue #11).
+// RBAC.
 
 /// Verbs the chart grants that no request of the scenarios shows, each with why.
 const NOT_A_REQUEST: &[(&str, &str, &str, &str)] = &[

@@ -1,4 +1,4 @@
-//! Least privilege and the Helm chart (issue #11).
+//! Least privilege and the Helm chart.
 //!
 //! - RBAC-1: the chart's ClusterRole (all namespaces) or Role (one watched namespace) and the
 //!   static `config/rbac/role.yaml` grant exactly `REQUIRED_PERMISSIONS`: no wildcard, no

@@ -1,4 +1,4 @@
-//! The reconciler against a mocked API server (issue #7, design §7 and §9): a `tower-test`
+//! The reconciler against a mocked API server (design §7 and §9): a `tower-test`
 //! service behind a real `kube::Client`.
 //!
 //! Each scenario seeds the objects the API server holds, runs one reconcile, and asserts

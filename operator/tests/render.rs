@@ -1,4 +1,4 @@
-//! Desired-state rendering (issue #7, design §5 and §7): a Flow → the Kubernetes objects of
+//! Desired-state rendering (design §5 and §7): a Flow → the Kubernetes objects of
 //! its run.
 //!
 //! - every sample in `config/samples/` renders to its committed snapshot

@@ -1,4 +1,4 @@
-//! The component boundary's own cost (issue #10): the exec host driven directly — no broker,
+//! The component boundary's own cost: the exec host driven directly — no broker,
 //! no runtime loop — against the real Python SDK example `videoflow_sdk.examples.identity`,
 //! and the same node built in (`videoflow.processors.basic.IdentityProcessor`), on a 1 KiB
 //! tensor (32×32×1 uint8, what the flow bench's identity hop carries).

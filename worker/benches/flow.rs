@@ -1,4 +1,4 @@
-//! Flow benchmarks against the broker's own ceiling (issue #12, measurements 1–8).
+//! Flow benchmarks against the broker's own ceiling.
 //!
 //! One run starts its own `redis-server` and, per scenario, a fresh `nats-server -js` on
 //! private loopback ports (testkit), provisions each Flow in-process and runs one real

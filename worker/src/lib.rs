@@ -1,13 +1,15 @@
 //! # videoflow-worker
 //!
-//! The runtime of one node replica (issue #3 onwards). Table of contents:
+//! The runtime of one node replica, the provision and teardown jobs, and the local runner.
+//! Table of contents:
 //!
 //! - [`admission`] — admission and profiles (ADM-1/2), the worker's bind-time check (ADM-3) and the `videoflow-worker provision` job.
 //! - [`broker`] — the JetStream transport: streams, durables, pull loops, keepalive, publish, DLQ, control (STREAM-*, DELIV-1..8, CTRL-1).
 //! - [`assets`] — the asset check: streaming SHA-256 of declared assets before `open()` (ASSET-1/2).
 //! - [`blob`] — the payload (blob) store: offload, fetch, reader-counted release (BLOB-1..7).
-//! - [`component`] — the exec host: components in any language over the component protocol (design §5, issue #10).
-//! - [`config`] — the `VF_*` environment contract (ENV-*): pure, typed, parsed from an injected map.
+//! - [`clock`] — the wall clock: epoch seconds for event times, sink records and leases.
+//! - [`component`] — the exec host: components in any language over the component protocol (design §5).
+//! - [`config`] — every variable the binary reads (ENV-*), typed in one place: the process environment read once, the node, job, fault and logging configs.
 //! - [`delivery`] — failure ladder, NAK delays, breaker and DLQ sampler as pure decisions (DELIV-6/7, ERR-2/5a/6).
 //! - [`drain`] — end-of-stream and abort bookkeeping per parent (EOS-2..6, ABORT-3/4).
 //! - [`emit`] — this replica's DATA/EOS/ABORT envelopes and identities (WIRE-4/6, MSGID-5, LOOP-7/8, EOS-7).
@@ -29,6 +31,7 @@ pub mod admission;
 pub mod assets;
 pub mod blob;
 pub mod broker;
+pub mod clock;
 pub mod component;
 pub mod config;
 pub mod delivery;

@@ -1,4 +1,4 @@
-//! Exec components end to end (issue #10, design §5 "exec"):
+//! Exec components end to end (design §5 "exec"):
 //!
 //! - the Python SDK ships exactly the protocol's descriptor set the Rust build produces
 //!   (`VF_UPDATE_SNAPSHOTS=1` rewrites its copy);

@@ -1,4 +1,4 @@
-//! Pipelining to an exec component (issue #10): several requests in flight at once, results
+//! Pipelining to an exec component: several requests in flight at once, results
 //! taken back in input order, and a crash with several in flight loses no input.
 //!
 //! ```text

@@ -1,4 +1,4 @@
-//! Differential test of the histogram quantile bracket (HEALTH-3, issue #13) against the Python
+//! Differential test of the histogram quantile bracket (HEALTH-3) against the Python
 //! reference, videoflow 1.0.4: `health::metrics::quantile_bounds` vs
 //! `videoflow.runtime.health.quantile_bounds`, case by case.
 //!

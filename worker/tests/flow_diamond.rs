@@ -1,4 +1,4 @@
-//! BATCH diamond with a trace join, end to end (issue #3 "Done when"; JOIN-2/5/6, ENV-3):
+//! BATCH diamond with a trace join, end to end (JOIN-2/5/6, ENV-3):
 //!
 //! ```text
 //!   numbers ─┬─ same  (IdentityProcessor, 2 competing replicas) ─┐

@@ -1,4 +1,4 @@
-//! The run ledger in a real flow (issue #5, §11.2): a BATCH flow with a durable shared
+//! The run ledger in a real flow (§11.2): a BATCH flow with a durable shared
 //! runtime store (`file://`), a processor of three competing replicas, real worker processes
 //! on a real nats-server. Every parent ends by the EOS-7 barrier — terminators recorded per
 //! replica (EOS-2), distinct ids received (union over competing replicas), completion

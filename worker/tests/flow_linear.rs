@@ -1,4 +1,4 @@
-//! Linear BATCH flow end to end (issue #3): N in, exactly N out, in order per producer.
+//! Linear BATCH flow end to end: N in, exactly N out, in order per producer.
 
 mod support;
 

@@ -1,5 +1,5 @@
-//! BATCH diamond whose trace join runs as 2 partitioned replicas (issue #3 "Done when";
-//! PART-1/2/3/4, JOIN-4/5/6):
+//! BATCH diamond whose trace join runs as 2 partitioned replicas (PART-1/2/3/4,
+//! JOIN-4/5/6):
 //!
 //! ```text
 //!   numbers ─┬─ same  (IdentityProcessor, 2 competing replicas) ─┐

@@ -1,4 +1,4 @@
-//! 2 MiB frames through the payload store, end to end (issue #3 "Done when"; BLOB-1/3/5/6/7):
+//! 2 MiB frames through the payload store, end to end (BLOB-1/3/5/6/7):
 //!
 //! ```text
 //!   frames (SyntheticFrameProducer 1024×1024×2 = 2 MiB, 6 frames) ─ same (Identity) ─ sink

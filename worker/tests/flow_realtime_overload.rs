@@ -1,4 +1,4 @@
-//! REALTIME overload, end to end (issue #3 "Done when"; DELIV-4, STREAM-2, EOS-3, LOOP-10):
+//! REALTIME overload, end to end (DELIV-4, STREAM-2, EOS-3, LOOP-10):
 //!
 //! ```text
 //!   frames (SyntheticFrameProducer, 100 fps, 300 small frames ≈ 3 s)

@@ -1,5 +1,5 @@
 //! SIGKILL of one competing replica mid-flow, then a respawn under the same replica id
-//! (issue #3 "Done when"; DELIV-1/2, LOOP-5, MSGID-1/2, STREAM-1/3):
+//! (DELIV-1/2, LOOP-5, MSGID-1/2, STREAM-1/3):
 //!
 //! ```text
 //!   numbers (IntProducer, N) ─ work (ServiceTimeProcessor 20 ms, 2 competing replicas) ─ sink

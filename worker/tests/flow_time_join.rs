@@ -1,4 +1,4 @@
-//! A time join with quorum end to end (issue #3; JOIN-11/12/17/20/23, EOS-3/6, LOOP-9): two
+//! A time join with quorum end to end (JOIN-11/12/17/20/23, EOS-3/6, LOOP-9): two
 //! `TickProducer`s on the same event-time grid, the second skipping every third tick, joined
 //! with `{mode: time, toleranceMs: 5, timeoutSeconds: 1, quorum: 1, missing: drop}` by a
 //! processor (→ sink) and by a consumer.

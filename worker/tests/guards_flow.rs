@@ -1,4 +1,4 @@
-//! The worker guards end to end (issue #4): real nats-server, real worker processes.
+//! The worker guards end to end: real nats-server, real worker processes.
 //!
 //! - SUP-1/2: a `process()` that never returns is ended by the watchdog within timeout +
 //!   interval, exit 5, termination record `VF_PROGRESS_STALLED` naming node and pending count.

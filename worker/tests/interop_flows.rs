@@ -1,4 +1,4 @@
-//! Interop flows (issue #13): one Flow whose nodes are split between our worker
+//! Interop flows: one Flow whose nodes are split between our worker
 //! (`videoflow-worker`, `R`) and the Python reference worker (`python -m videoflow.worker`
 //! of videoflow 1.0.4, `P`), against a real nats-server (and redis-server). Both provision
 //! jobs get the same input, the compiled `specs.json` and the flow-level `VF_*`: ours

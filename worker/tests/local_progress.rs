@@ -1,4 +1,4 @@
-//! The local runner's progress line (issue #6): per node, published or settled counts read
+//! The local runner's progress line: per node, published or settled counts read
 //! from the broker, with a rate from the second line on; unreadable counts show `?`, never 0.
 
 mod support;

@@ -1,4 +1,4 @@
-//! The local runner end to end (issue #6 "Done when"): `videoflow-worker run <flow.yaml>` as
+//! The local runner end to end: `videoflow-worker run <flow.yaml>` as
 //! a user runs it, the real binary with its real private servers.
 //!
 //! - every sample in `config/samples/` runs to exit 0 with an `ok` self-check artifact in
@@ -68,7 +68,7 @@ fn spawn_run(flow: &Path, dir: &Path, args: &[&str]) -> Child {
 }
 
 /// What exec samples (`python3 -m videoflow_sdk…`) need: the SDK venv (scripts/install-deps)
-/// first on PATH, and this checkout's SDK first on PYTHONPATH (issue #10).
+/// first on PATH, and this checkout's SDK first on PYTHONPATH.
 fn python_sdk_env() -> Vec<(&'static str, String)> {
     let venv = std::env::var("VF_SDK_VENV").ok().or_else(|| {
         let cache = std::env::var("VF_CACHE").ok().or_else(|| {

@@ -1,5 +1,5 @@
 //! `videoflow-worker provision` and `teardown` against a real nats-server and redis-server
-//! (issue #5 "Done when"; STREAM-7/9/14, ADM-1/2, STORE-6, §15.3).
+//! (STREAM-7/9/14, ADM-1/2, STORE-6, §15.3).
 
 use std::collections::BTreeMap;
 use std::process::{Command, Output};

@@ -1,5 +1,5 @@
-//! Runtime stores against a real redis-server and a real directory (issue #5 "Done when";
-//! STORE-1..6, §11.2 leases, ENV-5 step 3).
+//! Runtime stores against a real redis-server and a real directory
+//! (STORE-1..6, §11.2 leases, ENV-5 step 3).
 
 use std::collections::BTreeMap;
 use std::process::Command;

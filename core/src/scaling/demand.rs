@@ -11,13 +11,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::error::ScalingError;
 use super::{MISSING_OBSERVATION, Observation, clamp};
 
-/// The rule's default target: the rendered scaler's `lagThreshold: '10'`.
-pub const DEFAULT_TARGET_LAG_PER_REPLICA: i64 = 10;
-/// The rule's default floor: a processor at zero replicas never sees its end-of-stream.
-pub const DEFAULT_MIN_REPLICAS: i64 = 1;
-/// The rule's default ceiling: the CLI's `--max-replicas` default.
-pub const DEFAULT_MAX_REPLICAS: i64 = 10;
-
 /// What the broker said about a node's subscription on one parent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SubscriptionObservation {

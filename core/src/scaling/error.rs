@@ -11,7 +11,7 @@ use crate::errors::{ErrorCode, VfError};
 use crate::model::FlowType;
 use crate::partition::{py_float, py_repr_str};
 
-use super::demand::DEFAULT_TARGET_LAG_PER_REPLICA;
+use super::DEFAULT_TARGET_LAG_PER_REPLICA;
 
 /// Every refusal of §19.
 #[derive(Debug, Clone, PartialEq, Error)]

@@ -29,9 +29,8 @@ pub use capacity::{
     ClaimObservation, reconcile_capacity,
 };
 pub use demand::{
-    DEFAULT_MAX_REPLICAS, DEFAULT_MIN_REPLICAS, DEFAULT_TARGET_LAG_PER_REPLICA, DemandDecision,
-    DemandDiagnosis, ParentDemand, SubscriptionObservation, observe_demand, parent_lag,
-    replicas_for_lag, validate_scaling_rule,
+    DemandDecision, DemandDiagnosis, ParentDemand, SubscriptionObservation, observe_demand,
+    parent_lag, replicas_for_lag, validate_scaling_rule,
 };
 pub use eligibility::{
     FixedScaleReason, NodeScaleFacts, admit_autoscaling, fixed_scale_reasons, renders_as_job,
@@ -41,6 +40,13 @@ pub use rate::{
     CounterReading, RateDecision, RateDiagnosis, RateObjective, ThroughputSample,
     observe_rate_demand, throughput_sample, validate_rate_objective,
 };
+
+/// The rule's default target: the rendered scaler's `lagThreshold: '10'`.
+pub const DEFAULT_TARGET_LAG_PER_REPLICA: i64 = 10;
+/// The rule's default floor: a processor at zero replicas never sees its end-of-stream.
+pub const DEFAULT_MIN_REPLICAS: i64 = 1;
+/// The rule's default ceiling: the CLI's `--max-replicas` default.
+pub const DEFAULT_MAX_REPLICAS: i64 = 10;
 
 /// `Unknown.reason` for something nobody observed at all (a required parent without an
 /// observation, a throughput sample nobody read): "nobody asked" is not "no work".

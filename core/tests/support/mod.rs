@@ -1,7 +1,7 @@
 //! Shared helpers for the golden-vector tests.
 //!
 //! The vectors are read from `../shared/vectors` at test time and never copied into the repo
-//! (issue #2). A missing folder fails the test loudly: silently skipping would turn a broken
+//!. A missing folder fails the test loudly: silently skipping would turn a broken
 //! checkout into a green suite.
 
 #![allow(dead_code)]

@@ -1,5 +1,5 @@
-//! The README's "## Kubernetes" section as shell commands (issue #11: "the README's Kubernetes
-//! section works as written against the test control plane"), read at test time so the test
+//! The README's "## Kubernetes" section as shell commands, so that it works as written against
+//! the test control plane: read at test time so the test
 //! follows the README, and a shell to run them in: bash, the admin kubeconfig (its context's
 //! namespace set to the scenario's own), and `PATH` with the cached kubectl
 //! (`scripts/testenv build`) and the pinned helm (`$VF_HELM`) first.

@@ -1,4 +1,4 @@
-//! The JetStream transport (issue #3): everything that talks to NATS, and nothing else — no
+//! The JetStream transport: everything that talks to NATS, and nothing else — no
 //! node logic, no joins, no delivery policy. The messenger composes these pieces.
 //!
 //! - [`mod@connect`] — [`Broker`]: one client + JetStream context; [`connect()`] bounded by 30 s

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 /// A source of the current time in seconds. `Send + Sync` so an assembler holding one can
 /// move into whichever thread or task runs the receive loop.
@@ -44,11 +44,7 @@ impl Clock for SystemClock {
     }
 
     fn wall(&self) -> f64 {
-        // A system clock set before 1970 yields a negative time rather than a panic.
-        match SystemTime::now().duration_since(UNIX_EPOCH) {
-            Ok(d) => d.as_secs_f64(),
-            Err(e) => -e.duration().as_secs_f64(),
-        }
+        crate::clock::wall_now()
     }
 }
 

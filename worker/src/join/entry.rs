@@ -66,8 +66,7 @@ pub struct ReadyGroup<H, M> {
 }
 
 /// How a handle the assembler let go of must be settled. The assembler never calls the
-/// broker; the caller drains these ([`take_resolutions`](super::JoinAssembler::take_resolutions))
-/// and performs them.
+/// broker; the caller drains these (the assemblers' `take_resolutions`) and performs them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resolution<H> {
     /// Ack: the message is dropped for good (overflow, timeout with `drop`/`wait`, stale or

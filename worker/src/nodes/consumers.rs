@@ -7,7 +7,6 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 use videoflow_core::errors::VfError;
@@ -16,6 +15,7 @@ use super::context::{EnvelopeInfo, InputInfo};
 use super::convert::{expect_inputs, input_py_str, input_to_json, io_error, value_to_json};
 use super::params::Params;
 use super::{Consumer, Input, NodeContext};
+use crate::clock::wall_now;
 
 /// `videoflow.consumers.basic.CommandlineConsumer`: `print(item, sep=sep, end=end)` — the
 /// input's Python `str()` followed by `end` (`sep` only separates several items, and 1.0.4
@@ -203,13 +203,6 @@ fn parent_json(info: Option<&InputInfo>) -> serde_json::Value {
                 .map(|e| e.metadata.iter().map(|(k, v)| (k.clone(), value_to_json(v))).collect())
                 .collect::<Vec<serde_json::Map<_, _>>>(),
         }),
-    }
-}
-
-fn wall_now() -> f64 {
-    match SystemTime::now().duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_secs_f64(),
-        Err(e) => -e.duration().as_secs_f64(),
     }
 }
 

@@ -8,18 +8,24 @@
 //! - [`process`] — the processor and consumer loop (LOOP-3/4).
 //! - [`guards`] — GPU and asset checks, health server, progress deadline and watchdog.
 //! - [`window`] — outputs in flight: receipts and acks on their own tasks, taken back in order.
+//! - [`signals`] — the control stop, SIGTERM and SIGINT flags the loops check.
+//! - [`node_error`] — a node's own error classified by `VF_ON_ERROR` (ERR-2).
 //!
 //! The run ledger is opened at step 7 (`crate::store`): the slot claim, then — when the store
 //! is durable and shared — terminators, received ids and completions (receive), published ids
 //! (output) and sink effect markers (IDEM-1).
 
 mod guards;
+mod node_error;
 mod output;
 mod process;
 mod produce;
 mod receive;
 mod settle;
+mod signals;
 mod window;
+
+pub use signals::Signals;
 
 use std::sync::Arc;
 
@@ -28,7 +34,7 @@ use videoflow_core::errors::{EXIT_INTERRUPTED, EXIT_TERMINATED, ErrorCode, VfErr
 use crate::blob::{self, BlobStore};
 use crate::broker::{
     self, Broker, DeliveryKind, DurableRequest, Inbox, InboxConfig, PublishMode, Publisher,
-    StopFlag, SubscriptionSpec,
+    SubscriptionSpec,
 };
 use crate::config::{Environment, FaultConfig, WorkerConfig};
 use crate::delivery::Breaker;
@@ -45,17 +51,6 @@ use settle::Settler;
 
 /// Local queue depth of a REALTIME node's data subscriptions (see `build_loop`).
 const REALTIME_QUEUE_CAPACITY: usize = 1;
-
-/// The process-wide flags the loops check every iteration.
-#[derive(Debug, Clone, Default)]
-pub struct Signals {
-    /// The control stop (CTRL-1), set by the control subscription.
-    pub stop: StopFlag,
-    /// SIGTERM: quiesce and exit 143 (START-2).
-    pub quiesce: StopFlag,
-    /// SIGINT: a producer ends as at end of input; others ignore it (START-3).
-    pub interrupt: StopFlag,
-}
 
 /// Runs one node from `vars` (the process environment, injected) and returns the exit status.
 /// Every typed failure is logged, written to the termination log and mapped to its class's
@@ -333,37 +328,4 @@ async fn build_loop<'a>(
         supervision,
         window: window::Window::for_loops(),
     })
-}
-
-/// Wall clock, epoch seconds (LOOP-10 fallback, JOIN-11).
-pub(crate) fn wall_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
-/// ERR-2: an error outside the runtime classes is wrapped by the disposition `VF_ON_ERROR`
-/// gives it, keeping its text; context names the node (and the message being processed).
-pub(crate) fn wrap_node_error(e: VfError, cfg: &WorkerConfig, at: Option<(&str, i128)>) -> VfError {
-    let mut e = if e.code.is_a(ErrorCode::Runtime)
-        || e.code.is_a(ErrorCode::User)
-        || e.code.is_a(ErrorCode::Environment)
-    {
-        e
-    } else {
-        let d = crate::delivery::classify(&e, cfg.on_error);
-        let mut wrapped = VfError::new(ErrorCode::for_disposition(d), e.message.clone());
-        wrapped.remedy = e.remedy.clone();
-        wrapped.context = e.context.clone();
-        wrapped
-    };
-    e = e
-        .with_context("node", cfg.node_name.clone())
-        .with_context("replica", cfg.replica_id());
-    if let Some((trace_id, seq)) = at {
-        e = e
-            .with_context("trace_id", trace_id.to_owned())
-            .with_context("seq", seq.to_string());
-    }
-    e
 }

@@ -1,6 +1,6 @@
 //! The processor and consumer loop (LOOP-3/4/5/6/7/10, ABORT-5, ERR-5/5a, IDEM-1).
 //!
-//! **Pipelining** (issue #10). A node whose `max_in_flight()` is above 1 (an exec component
+//! **Pipelining.** A node whose `max_in_flight()` is above 1 (an exec component
 //! that accepts several requests) gets each group through `submit` as soon as it is received,
 //! and its output through `complete`, oldest first — so outputs are published, and inputs
 //! settled, in input order, up to `max_in_flight` groups computing at once. The loop takes a
@@ -19,13 +19,15 @@ use videoflow_core::errors::{Disposition, ErrorCode, VfError};
 use videoflow_core::model::DeliveryMode;
 use videoflow_core::msgid::{MsgKind, msgid_signed};
 
+use super::node_error::wrap_node_error;
 use super::output::{Output, Pending};
 use super::receive::{Member, Received, Receiver, StopResult};
 use super::settle::{self, Held, Settler};
+use super::signals::Signals;
 use super::window::Window;
-use super::{Signals, wall_now, wrap_node_error};
 use crate::blob::BlobStore;
 use crate::broker::PublishOutcome;
+use crate::clock::wall_now;
 use crate::config::WorkerConfig;
 use crate::delivery::{Breaker, classify};
 use crate::emit::Timings;

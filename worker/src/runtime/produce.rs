@@ -5,10 +5,12 @@ use std::time::Instant;
 use videoflow_core::envelope::WireError;
 use videoflow_core::errors::{Disposition, VfError};
 
+use super::node_error::wrap_node_error;
 use super::output::Output;
+use super::signals::Signals;
 use super::window::Window;
-use super::{Signals, wall_now, wrap_node_error};
 use crate::broker::PublishOutcome;
+use crate::clock::wall_now;
 use crate::config::WorkerConfig;
 use crate::emit::Timings;
 use crate::faults::{self, Barrier, barrier};

@@ -49,7 +49,7 @@ pub(crate) struct Held {
     pub(crate) message_id: String,
 }
 
-/// Counters the loops report (§12 names; the health server reads them with issue #4).
+/// What the loops settled, by outcome (§12 names), kept for the debug log of a loop's end.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Counts {
     pub(crate) acked: u64,

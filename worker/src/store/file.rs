@@ -15,7 +15,7 @@ use serde_json::json;
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::partition::py_repr_str;
 
-use super::{ScanRow, Versioned};
+use super::kv::{ScanRow, Versioned};
 
 /// The file store rooted at one directory.
 #[derive(Debug, Clone)]

@@ -22,7 +22,7 @@ const POLL: Duration = Duration::from_millis(500);
 pub const STOP_REASON_AUTHORITY_LOST: &str = "authority-lost";
 
 fn now() -> f64 {
-    crate::runtime::wall_now()
+    crate::clock::wall_now()
 }
 
 /// The ledger key of `node`'s partition `replica` (§11.2 key layout).

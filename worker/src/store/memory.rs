@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{ScanRow, Versioned};
+use super::kv::{ScanRow, Versioned};
 
 #[derive(Debug, Default)]
 struct State {

@@ -12,12 +12,14 @@
 //! - [`file`] — `file://<dir>`: one file per key, `flock`ed, fsynced (STORE-4).
 //! - [`redis`] — `redis://` / `rediss://`: hashes with WATCH/MULTI/EXEC CAS (STORE-5/6).
 //! - [`lease`] — partition leases and the replica slot claim (§11.2, ENV-5 step 3).
+//! - `kv` — what every backend returns: versioned values, scan rows, the unreachable error.
 //! - [`ledger`] — the run ledger's records: terminators, received ids, published ids, completions, effect markers (§11.2).
 //!
 //! The interface is STORE-1's: versions are opaque strings minted by the store; `cas` with
 //! no expected version creates; `delete` with no expected version deletes unconditionally.
 
 pub mod file;
+mod kv;
 pub mod lease;
 pub mod ledger;
 pub mod memory;
@@ -28,29 +30,17 @@ use videoflow_core::partition::py_repr_str;
 use videoflow_core::scaling::Observation;
 
 pub use file::FileStore;
+pub use kv::{ScanRow, Versioned};
 pub use lease::{LeaseHolder, SlotClaim, claim_slot};
 pub use ledger::RunLedger;
 pub use memory::MemoryStore;
 pub use redis::{RedisStore, redis_durability};
 
-/// `VF_RUNTIME_STORE_URL`'s default (STORE-2).
-pub const DEFAULT_RUNTIME_STORE_URL: &str = "memory://";
+pub use crate::config::DEFAULT_RUNTIME_STORE_URL;
 /// The schemes a URL may name, as STORE-2's error lists them.
 pub const KNOWN_SCHEMES: [&str; 4] = ["file", "memory", "redis", "rediss"];
 /// How often a read-modify-write on one key is retried before it is an error (§11.2).
 pub const CAS_ATTEMPTS: usize = 16;
-
-/// A stored value and the version that wrote it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Versioned {
-    /// The bytes stored.
-    pub value: Vec<u8>,
-    /// The opaque version (`"1"`, `"2"`, … for the built-in stores).
-    pub version: String,
-}
-
-/// One `scan` row: key, value, version.
-pub type ScanRow = (String, Vec<u8>, String);
 
 /// What a store can promise (STORE-3/4/6), as read back.
 #[derive(Debug, Clone, PartialEq)]
@@ -227,15 +217,6 @@ impl RuntimeStore {
             },
         }
     }
-}
-
-/// STORE-5's TransientFailure: `runtime store unreachable <verb> '<key>': <detail>`.
-pub(crate) fn unreachable(verb: &str, key: &str, detail: impl std::fmt::Display) -> VfError {
-    VfError::new(
-        ErrorCode::Transient,
-        format!("runtime store unreachable {verb} '{key}': {detail}"),
-    )
-    .with_remedy("Restore the Redis behind VF_RUNTIME_STORE_URL.")
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::partition::py_repr_str;
 use videoflow_core::scaling::Observation;
 
-use super::{ScanRow, Versioned, unreachable};
+use super::kv::{ScanRow, Versioned, unreachable};
 
 /// Key prefix on the server, so the ledger never collides with a payload store sharing it.
 pub const KEY_PREFIX: &str = "vfrt:";

@@ -28,7 +28,7 @@ struct Proc {
 }
 
 /// Which worker runs a replica: ours, or the Python reference's `python -m videoflow.worker`
-/// (videoflow 1.0.4 from `$VF_REF_PYTHON`, interop tests, issue #13).
+/// (videoflow 1.0.4 from `$VF_REF_PYTHON`, interop tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Runtime {
     /// `videoflow-worker`.
