@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::partition::{py_float, py_repr, py_repr_str};
+use crate::redact::{redact_json, redact_text};
 use crate::value::Value;
 
 /// Exit status of an untyped failure (§0), and of the base class `VF_UNKNOWN`.
@@ -344,7 +345,8 @@ impl VfError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         VfError {
             code,
-            message: message.into(),
+            // Texts quote broker and store URLs, which carry passwords from Secrets.
+            message: redact_text(&message.into()),
             remedy: None,
             disposition: code.disposition(),
             context: BTreeMap::new(),
@@ -354,7 +356,7 @@ impl VfError {
     /// Sets the remedy.
     #[must_use]
     pub fn with_remedy(mut self, remedy: impl Into<String>) -> Self {
-        self.remedy = Some(remedy.into());
+        self.remedy = Some(redact_text(&remedy.into()));
         self
     }
 
@@ -365,7 +367,7 @@ impl VfError {
         key: impl Into<String>,
         value: impl Into<serde_json::Value>,
     ) -> Self {
-        self.context.insert(key.into(), value.into());
+        self.context.insert(key.into(), redact_json(value.into()));
         self
     }
 
@@ -414,7 +416,9 @@ impl VfError {
     pub fn termination_record(&self) -> serde_json::Value {
         let mut record = serde_json::Map::new();
         record.insert("code".into(), self.code.code().into());
-        record.insert("message".into(), self.message.clone().into());
+        // `message` and `context` are public fields: redact again what may have been set
+        // after construction.
+        record.insert("message".into(), redact_text(&self.message).into());
         if let Some(remedy) = self.remedy_text() {
             record.insert("remedy".into(), remedy.into());
         }
@@ -422,7 +426,12 @@ impl VfError {
             record.insert("disposition".into(), d.as_str().into());
         }
         if !self.context.is_empty() {
-            let context = self.context.clone().into_iter().collect();
+            let context = self
+                .context
+                .clone()
+                .into_iter()
+                .map(|(k, v)| (k, redact_json(v)))
+                .collect();
             record.insert("context".into(), serde_json::Value::Object(context));
         }
         serde_json::Value::Object(record)

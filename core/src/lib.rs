@@ -19,6 +19,7 @@
 //! - [`join`] — join policies (JOIN-1/2/4/10) and time-group identity (JOIN-20/23).
 //! - [`scaling`] — pure scaling decisions (SCALE-*): demand, rate demand, capacity, eligibility.
 //! - [`errors`] — the error taxonomy (ERR-*): codes, exit codes, dispositions, rendering.
+//! - [`redact`] — secrets out of texts: passwords, tokens and secret query values of URLs.
 //! - [`component`] — the component protocol exec nodes speak (design §5): schema, version
 //!   negotiation, value conversions, the descriptor set SDKs build their classes from.
 
@@ -33,6 +34,7 @@ pub mod model;
 pub mod msgid;
 pub mod naming;
 pub mod partition;
+pub mod redact;
 pub mod scaling;
 pub mod validate;
 pub mod value;

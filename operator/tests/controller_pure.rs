@@ -117,6 +117,23 @@ fn worker_record_is_parsed_and_a_recovered_container_is_not_current() {
     assert_eq!(o.reason(), "ProgressStalled");
 }
 
+/// A record from a worker that does not redact (1.0.4's), or a log tail, may quote a broker
+/// URL with its password: the status never does.
+#[test]
+fn termination_texts_in_the_status_carry_no_password() {
+    let record = r#"{"code": "VF_BROKER_UNAVAILABLE", "message": "could not connect to NATS at nats://vf:s3cret@nats:4222", "remedy": "check redis://:s3cret@r:6379/0"}"#;
+    let tail = "Traceback: ConnectionError nats://vf:s3cret@nats:4222 refused";
+    for message in [record, tail] {
+        let cs = container(json!({
+            "state": {"terminated": {"exitCode": 3, "reason": "Error", "message": message}}
+        }));
+        let o = observe_container("p", &cs).expect("a problem");
+        let shown = format!("{:?} {}", o.termination, o.summary());
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("nats://vf:***@nats:4222"), "{shown}");
+    }
+}
+
 #[test]
 fn success_is_no_problem_and_log_tails_are_bounded() {
     let ok = container(json!({"state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}));

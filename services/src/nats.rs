@@ -18,6 +18,11 @@ pub struct NatsServer {
 impl NatsServer {
     /// Starts a server; retries with fresh ports if one was taken meanwhile.
     pub fn start() -> Result<Self, ServiceError> {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra arguments, e.g. `["--user", "vf", "--pass", "s3cret"]`.
+    pub fn start_with(extra: &[&str]) -> Result<Self, ServiceError> {
         let bin = find_binary("nats-server", "VF_NATS_SERVER_BIN")?;
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
@@ -39,7 +44,8 @@ impl NatsServer {
                 "-js",
                 "-sd",
             ])
-            .arg(dir.join("jetstream"));
+            .arg(dir.join("jetstream"))
+            .args(extra);
             // The server greets every connection with an INFO line.
             match ServerProcess::spawn("nats-server", cmd, dir, port, |s| {
                 request_line(s, b"").is_some_and(|l| l.starts_with("INFO "))

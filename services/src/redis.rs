@@ -45,7 +45,9 @@ impl RedisServer {
             .arg(&dir)
             .args(extra);
             match ServerProcess::spawn("redis-server", cmd, dir, port, |s| {
-                request_line(s, b"PING\r\n").is_some_and(|l| l.starts_with("+PONG"))
+                // A server started with `--requirepass` answers NOAUTH: it is up all the same.
+                request_line(s, b"PING\r\n")
+                    .is_some_and(|l| l.starts_with("+PONG") || l.starts_with("-NOAUTH"))
             }) {
                 Ok(process) => return Ok(RedisServer { process, port }),
                 Err(e) => last = Some(e),

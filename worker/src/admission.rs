@@ -24,6 +24,7 @@ use videoflow_core::compile::{CompiledFlow, NodeSpec};
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::model::FlowType;
 use videoflow_core::naming;
+use videoflow_core::redact::{redact_text, redact_url};
 use videoflow_core::scaling::Observation;
 
 use crate::broker::{self, Broker, StreamRequest};
@@ -262,7 +263,7 @@ pub async fn observe_broker(
                 .with_context("url", url));
             }
             Err(e) => {
-                tracing::debug!(%url, error = %e, "broker not reachable yet; retrying");
+                tracing::debug!(url = %redact_url(url), error = %redact_text(&e.to_string()), "broker not reachable yet; retrying");
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         }
@@ -831,7 +832,7 @@ async fn provision_job(vars: &BTreeMap<String, String>) -> Result<(), VfError> {
             durable: Observation::unknown("timeout", "no answer within the admission timeout"),
             shared: true,
         });
-    tracing::info!(url = %broker_caps.url, max_payload = ?broker_caps.max_payload, jetstream = ?broker_caps.jetstream, persistent = ?broker_caps.persistent_storage, runtime = ?runtime, payload = ?payload, "admission read-back");
+    tracing::info!(url = %redact_url(&broker_caps.url), max_payload = ?broker_caps.max_payload, jetstream = ?broker_caps.jetstream, persistent = ?broker_caps.persistent_storage, runtime = ?runtime, payload = ?payload, "admission read-back");
     let config_for = |spec: &NodeSpec| job.node_config(spec, 0);
     let requests = requirements(flow, &job.explicit, &config_for)?;
     let composition = Composition {

@@ -21,6 +21,7 @@ use futures::future::join_all;
 use tokio::sync::Mutex;
 use videoflow_core::compile::{CompiledFlow, NodeSpec, compile};
 use videoflow_core::naming::{durable_name, partitioned_durable_name, stream_name};
+use videoflow_core::redact::{UrlCredentials, redact_text, redact_url, split_credentials};
 use videoflow_core::scaling::{
     DemandDecision, DemandDiagnosis, Observation, ScalingError, SubscriptionObservation,
     observe_demand,
@@ -231,15 +232,29 @@ impl DemandObserver {
         if let Some(client) = clients.get(url) {
             return Ok(jetstream::new(client.clone()));
         }
-        let connect = async_nats::ConnectOptions::new()
-            .connection_timeout(self.timeout)
-            .connect(url);
+        // The client logs its server addresses: give it none with a password in it.
+        let (servers, credentials) = split_credentials(url);
+        let options = async_nats::ConnectOptions::new().connection_timeout(self.timeout);
+        let options = match credentials {
+            Some(UrlCredentials::UserPassword { user, password }) => {
+                options.user_and_password(user, password)
+            }
+            Some(UrlCredentials::Token(token)) => options.token(token),
+            None => options,
+        };
+        let connect = options.connect(servers.as_str());
         let client = match tokio::time::timeout(self.timeout, connect).await {
             Ok(Ok(client)) => client,
-            Ok(Err(e)) => return Err(format!("connecting to {url}: {e}")),
+            Ok(Err(e)) => {
+                return Err(redact_text(&format!(
+                    "connecting to {}: {e}",
+                    redact_url(url)
+                )));
+            }
             Err(_) => {
                 return Err(format!(
-                    "connecting to {url}: no answer within {:?}",
+                    "connecting to {}: no answer within {:?}",
+                    redact_url(url),
                     self.timeout
                 ));
             }

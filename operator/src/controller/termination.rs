@@ -10,6 +10,7 @@
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod};
 use k8s_openapi::jiff::Timestamp;
 use videoflow_core::errors::ErrorCode;
+use videoflow_core::redact::redact_text;
 
 use crate::crd::TerminationStatus;
 
@@ -252,9 +253,12 @@ fn camel(reason: &str) -> String {
     }
 }
 
-/// Keeps the last [`MESSAGE_MAX`] bytes (a log tail ends with what matters), on a char
+/// Redacts secrets (URLs with passwords, `videoflow_core::redact`), then keeps the last
+/// [`MESSAGE_MAX`] bytes (a log tail ends with what matters), on a char
 /// boundary.
 pub fn truncate(text: &str) -> String {
+    // A log tail or a reference worker's record may quote a URL with its password.
+    let text = &redact_text(text);
     if text.len() <= MESSAGE_MAX {
         return text.to_owned();
     }

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 
+use videoflow_core::redact::{UrlCredentials, redact_url, split_credentials};
+
 use super::error::{BrokerError, REMEDY_CONNECT};
 
 /// How long a connect may take before it is BrokerUnavailable (STREAM-7).
@@ -61,6 +63,21 @@ pub async fn connect(url: &str) -> Result<Broker, BrokerError> {
     connect_within(url, CONNECT_TIMEOUT).await
 }
 
+/// `options` authenticating with the credentials a URL carried; the client is given the URL
+/// without them, so its own logs of the server address carry no password.
+pub fn with_credentials(
+    options: async_nats::ConnectOptions,
+    credentials: Option<UrlCredentials>,
+) -> async_nats::ConnectOptions {
+    match credentials {
+        Some(UrlCredentials::UserPassword { user, password }) => {
+            options.user_and_password(user, password)
+        }
+        Some(UrlCredentials::Token(token)) => options.token(token),
+        None => options,
+    }
+}
+
 /// [`connect`] with an explicit bound (tests use a short one).
 ///
 /// # Errors
@@ -68,12 +85,19 @@ pub async fn connect(url: &str) -> Result<Broker, BrokerError> {
 pub async fn connect_within(url: &str, within: Duration) -> Result<Broker, BrokerError> {
     let failed = |kind: &str, detail: String| {
         BrokerError::unavailable(
-            format!("could not connect to NATS at {url}: {kind}: {detail}"),
+            format!(
+                "could not connect to NATS at {}: {kind}: {detail}",
+                redact_url(url)
+            ),
             REMEDY_CONNECT,
         )
     };
-    let options = async_nats::ConnectOptions::new().connection_timeout(within);
-    let client = match tokio::time::timeout(within, options.connect(url)).await {
+    let (servers, credentials) = split_credentials(url);
+    let options = with_credentials(
+        async_nats::ConnectOptions::new().connection_timeout(within),
+        credentials,
+    );
+    let client = match tokio::time::timeout(within, options.connect(servers.as_str())).await {
         Ok(Ok(client)) => client,
         Ok(Err(e)) => return Err(failed("ConnectError", e.to_string())),
         Err(_) => {
