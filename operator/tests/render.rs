@@ -135,6 +135,58 @@ fn every_sample_matches_its_snapshot() {
     }
 }
 
+/// Every securityContext that says `runAsNonRoot` also names a numeric user and group: the
+/// kubelet refuses to start an image whose `USER` is a name (or root) under `runAsNonRoot`
+/// alone, and users bring their own images for exec components.
+#[test]
+fn every_container_runs_as_a_numeric_non_root_user() {
+    fn walk(v: &serde_json::Value, at: &str, seen: &mut usize) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let Some(sc) = m.get("securityContext")
+                    && sc.get("runAsNonRoot") == Some(&serde_json::Value::Bool(true))
+                {
+                    *seen += 1;
+                    for key in ["runAsUser", "runAsGroup"] {
+                        assert!(
+                            sc.get(key)
+                                .and_then(serde_json::Value::as_i64)
+                                .is_some_and(|id| id > 0),
+                            "{at}: securityContext without a numeric {key}: {sc}"
+                        );
+                    }
+                }
+                for (k, child) in m {
+                    walk(child, &format!("{at}.{k}"), seen);
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for (i, child) in items.iter().enumerate() {
+                    walk(child, &format!("{at}[{i}]"), seen);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut seen = 0;
+    for entry in std::fs::read_dir(repo_root().join("config/samples")).expect("config/samples") {
+        let sample = entry.expect("dir entry").path();
+        if sample.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&sample).expect("read the sample");
+        let yaml = render::render(&with_uid(flow(&text)), &config())
+            .and_then(|r| r.to_yaml())
+            .expect("renders");
+        for doc in serde_yaml::Deserializer::from_str(&yaml) {
+            let v = <serde_json::Value as serde::Deserialize>::deserialize(doc)
+                .expect("a YAML document");
+            walk(&v, &sample.display().to_string(), &mut seen);
+        }
+    }
+    assert!(seen > 10, "containers checked: {seen}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // (2) Workload kinds (design §7).
 

@@ -34,6 +34,11 @@ pub const HEALTH_PORT_NAME: &str = "health";
 /// The downward-API annotation an Indexed Job puts its completion index in.
 pub const COMPLETION_INDEX_ANNOTATION: &str = "batch.kubernetes.io/job-completion-index";
 
+/// The numeric user and group the containers run as: the images' own (`USER 65532:65532`),
+/// and what `runAsNonRoot` needs to admit an image whose `USER` is a name or root — the
+/// kubelet cannot verify a named user is not root, and refuses to start the container.
+pub const RUN_AS_ID: i64 = 65532;
+
 /// The restricted Pod Security Standard, per container: the worker needs no privilege, and
 /// clusters that enforce `restricted` must admit its pods unchanged.
 pub(crate) fn restricted_security_context() -> SecurityContext {
@@ -45,6 +50,8 @@ pub(crate) fn restricted_security_context() -> SecurityContext {
         }),
         read_only_root_filesystem: Some(true),
         run_as_non_root: Some(true),
+        run_as_user: Some(RUN_AS_ID),
+        run_as_group: Some(RUN_AS_ID),
         seccomp_profile: Some(SeccompProfile {
             type_: "RuntimeDefault".to_owned(),
             localhost_profile: None,
