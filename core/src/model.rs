@@ -261,6 +261,24 @@ pub struct PodSettings {
     /// PriorityClass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
+    /// How long the kubelet's probes wait before they act.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes: Option<ProbeBudgets>,
+}
+
+/// Probe budgets of worker pods, in seconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProbeBudgets {
+    /// How long start-up and `open()` (a model load) may take before the pod counts as
+    /// failed: the startup probe waits for `/readyz`, and liveness only starts after it.
+    /// Default 600; 10 to 86400.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_seconds: Option<i32>,
+    /// How long `/healthz` may fail (no beat for 60 s, HEALTH-2) before the container is
+    /// restarted. Default 45; 15 to 3600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub liveness_seconds: Option<i32>,
 }
 
 /// The three node kinds.

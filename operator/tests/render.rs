@@ -915,6 +915,14 @@ fn invalid_pod_settings_are_errors_with_paths() {
             "volumeMounts: [{name: x, mountPath: /tmp}]",
             "spec.pod.volumeMounts[0].mountPath",
         ),
+        (
+            "probes: {startupSeconds: 5}",
+            "spec.pod.probes.startupSeconds",
+        ),
+        (
+            "probes: {livenessSeconds: 100000}",
+            "spec.pod.probes.livenessSeconds",
+        ),
     ] {
         let text = REALTIME.replace("  nodes:\n", &format!("  pod: {{{pod}}}\n  nodes:\n"));
         let err = render::render(&flow(&text), &config()).expect_err("refused");
@@ -928,6 +936,38 @@ fn invalid_pod_settings_are_errors_with_paths() {
     assert!(
         matches!(&err, RenderError::InvalidField { path, .. } if path == "spec.image.pullPolicy")
     );
+}
+
+/// A slow `open()` (a model load) is never a restart: start-up ends at `/readyz` (HEALTH-1,
+/// after `open()` returned) within the Flow's budget, and liveness only runs after it.
+#[test]
+fn startup_waits_for_readiness_within_the_flows_budget() {
+    let probe = |c: &Container, which: &str| {
+        let p = match which {
+            "startup" => c.startup_probe.as_ref(),
+            _ => c.liveness_probe.as_ref(),
+        }
+        .unwrap_or_else(|| panic!("a {which} probe"));
+        let path = p
+            .http_get
+            .as_ref()
+            .and_then(|h| h.path.clone())
+            .unwrap_or_default();
+        let budget = p.period_seconds.unwrap_or(10) * p.failure_threshold.unwrap_or(3);
+        (path, budget)
+    };
+    let r = rendered(REALTIME);
+    let c = worker(&r, "det");
+    assert_eq!(probe(c, "startup"), ("/readyz".to_owned(), 600));
+    assert_eq!(probe(c, "liveness"), ("/healthz".to_owned(), 45));
+    let text = REALTIME.replace(
+        "  nodes:\n",
+        "  pod: {probes: {startupSeconds: 1800, livenessSeconds: 120}}\n  nodes:\n",
+    );
+    let r = rendered(&text);
+    let c = worker(&r, "det");
+    assert_eq!(probe(c, "startup"), ("/readyz".to_owned(), 1800));
+    assert_eq!(probe(c, "liveness"), ("/healthz".to_owned(), 120));
 }
 
 // ---------------------------------------------------------------------------------------------

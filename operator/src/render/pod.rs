@@ -122,6 +122,16 @@ pub(crate) fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
     }
 }
 
+/// Seconds between startup probes.
+const STARTUP_PERIOD: i32 = 5;
+/// Seconds between liveness probes.
+const LIVENESS_PERIOD: i32 = 15;
+
+/// The failure threshold that makes `budget` seconds of failed probes every `period` seconds.
+fn periods(budget: i32, period: i32) -> i32 {
+    (budget + period - 1) / period
+}
+
 fn http_probe(path: &str, period: i32, failure_threshold: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
@@ -293,11 +303,20 @@ pub(crate) fn worker_pod_spec(
             name: Some(HEALTH_PORT_NAME.to_owned()),
             ..ContainerPort::default()
         }]),
-        // The health server starts after the broker connect and slow opens (model loads):
-        // the startup probe gives it five minutes before liveness may restart the pod.
-        startup_probe: Some(http_probe("/healthz", 5, 60)),
+        // Start-up ends when `open()` returned (`/readyz`, HEALTH-1), however long a model
+        // load takes within the budget; liveness only runs after it, so a slow open is never
+        // a restart.
+        startup_probe: Some(http_probe(
+            "/readyz",
+            STARTUP_PERIOD,
+            periods(ctx.pod.startup_seconds, STARTUP_PERIOD),
+        )),
         // Liveness never depends on the broker (no restart storms); readiness may.
-        liveness_probe: Some(http_probe("/healthz", 15, 3)),
+        liveness_probe: Some(http_probe(
+            "/healthz",
+            LIVENESS_PERIOD,
+            periods(ctx.pod.liveness_seconds, LIVENESS_PERIOD),
+        )),
         readiness_probe: Some(http_probe("/readyz", 5, 3)),
         resources: resources(ctx, index, spec, decl)?,
         security_context: Some(restricted_security_context()),

@@ -15,7 +15,7 @@ use super::error::RenderError;
 use super::volumes::{RESERVED_PATHS, RESERVED_VOLUMES};
 
 /// `spec.pod`, parsed from the Flow's free JSON into Kubernetes types.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PodExtras {
     /// Identity of every pod (cloud workload identity, image pull secrets).
     pub service_account_name: Option<String>,
@@ -29,6 +29,50 @@ pub(crate) struct PodExtras {
     pub volumes: Vec<Volume>,
     /// Mounts of every worker container.
     pub volume_mounts: Vec<VolumeMount>,
+    /// `spec.pod.probes.startupSeconds` (default [`DEFAULT_STARTUP_SECONDS`]).
+    pub startup_seconds: i32,
+    /// `spec.pod.probes.livenessSeconds` (default [`DEFAULT_LIVENESS_SECONDS`]).
+    pub liveness_seconds: i32,
+}
+
+/// Start-up and `open()` may take ten minutes by default: model loads and image pulls of
+/// large assets are minutes, not seconds.
+pub const DEFAULT_STARTUP_SECONDS: i32 = 600;
+/// `/healthz` may fail for three 15 s periods before a restart.
+pub const DEFAULT_LIVENESS_SECONDS: i32 = 45;
+const STARTUP_RANGE: (i32, i32) = (10, 86_400);
+const LIVENESS_RANGE: (i32, i32) = (15, 3_600);
+
+impl Default for PodExtras {
+    fn default() -> Self {
+        PodExtras {
+            service_account_name: None,
+            priority_class_name: None,
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
+            volumes: Vec::new(),
+            volume_mounts: Vec::new(),
+            startup_seconds: DEFAULT_STARTUP_SECONDS,
+            liveness_seconds: DEFAULT_LIVENESS_SECONDS,
+        }
+    }
+}
+
+/// A probe budget within its range, or the error naming its field.
+fn budget(
+    value: Option<i32>,
+    default: i32,
+    (min, max): (i32, i32),
+    path: &str,
+) -> Result<i32, RenderError> {
+    match value {
+        None => Ok(default),
+        Some(v) if (min..=max).contains(&v) => Ok(v),
+        Some(v) => Err(RenderError::InvalidField {
+            path: path.to_owned(),
+            message: format!("{v} is outside {min}..={max} seconds; leave it unset for {default}"),
+        }),
+    }
 }
 
 impl PodExtras {
@@ -54,7 +98,20 @@ impl PodExtras {
                 ));
             }
         }
+        let probes = s.probes.clone().unwrap_or_default();
         Ok(PodExtras {
+            startup_seconds: budget(
+                probes.startup_seconds,
+                DEFAULT_STARTUP_SECONDS,
+                STARTUP_RANGE,
+                "spec.pod.probes.startupSeconds",
+            )?,
+            liveness_seconds: budget(
+                probes.liveness_seconds,
+                DEFAULT_LIVENESS_SECONDS,
+                LIVENESS_RANGE,
+                "spec.pod.probes.livenessSeconds",
+            )?,
             service_account_name: s.service_account_name.clone().filter(|n| !n.is_empty()),
             priority_class_name: s.priority_class_name.clone().filter(|n| !n.is_empty()),
             node_selector: s.node_selector.clone(),

@@ -449,6 +449,10 @@ impl ComponentHost {
                     {
                         return Err(self.hung(late.what, late.timeout));
                     }
+                    // Every outstanding call is within the deadline the host allows it (an
+                    // `open()` loading a model, a slow `process()`): the worker is alive, and
+                    // its liveness beat must not lapse before the host's own deadline does.
+                    crate::health::beat();
                 }
                 Err(FrameError::Io(e)) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(FrameError::Io(e)) => {

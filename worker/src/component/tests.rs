@@ -247,6 +247,50 @@ fn a_crash_during_a_call_is_worker_fatal_and_sticky() {
     host.close().expect("closing a dead component is quiet");
 }
 
+/// A call the host still allows (within its deadline) keeps the liveness beat fresh: a slow
+/// `open()` or `process()` must not make `/healthz` fail before the host's own deadline does
+/// (HEALTH-2 counts beats; the kubelet restarts a container whose beats lapse).
+#[test]
+fn a_call_within_its_deadline_keeps_the_liveness_beat_fresh() {
+    let dir = scratch();
+    let peer = component(&dir, |s| {
+        write_frame(s, &hello(vec![1])).expect("hello");
+        let req = recv(s);
+        std::thread::sleep(Duration::from_millis(1500));
+        write_frame(
+            s,
+            &result(CallResult {
+                request_id: req.request_id,
+                ..CallResult::default()
+            }),
+        )
+        .expect("late answer");
+        let _ = read_frame::<_, WorkerMessage>(s);
+    });
+    let state = crate::health::install(crate::health::HealthState::new("n"));
+    let mut host = ComponentHost::start(
+        &program(&dir, 0),
+        HostOptions {
+            call_timeout: Some(Duration::from_secs(4)),
+            ..quick()
+        },
+    )
+    .expect("starts");
+    state.beat();
+    let started = Instant::now();
+    host.call(Body::Next(Default::default()), "next")
+        .expect("answered within the deadline");
+    assert!(started.elapsed() >= Duration::from_millis(1400));
+    assert!(
+        state.since_last_beat() < Duration::from_millis(800),
+        "the host beat while it waited: last beat {:?} ago after a {:?} call",
+        state.since_last_beat(),
+        started.elapsed()
+    );
+    drop(host);
+    peer.join().expect("component thread");
+}
+
 #[test]
 fn a_missed_deadline_kills_the_component() {
     let dir = scratch();

@@ -91,6 +91,12 @@ impl HealthState {
                 .unwrap_or(true)
     }
 
+    /// How long ago the last beat was.
+    pub fn since_last_beat(&self) -> Duration {
+        let last = Duration::from_millis(self.last_beat_ms.load(Ordering::Relaxed));
+        self.started.elapsed().saturating_sub(last)
+    }
+
     /// `/healthz`: the last beat is younger than [`LIVENESS_STALL`].
     pub fn is_live(&self) -> bool {
         let now = self.started.elapsed();
