@@ -44,8 +44,9 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::controller::{self, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::utils::PredicateConfig;
+use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Client, ResourceExt};
 
 pub use context::{CONTROLLER_NAME, Clock, Context, system_clock};
@@ -95,7 +96,17 @@ pub async fn run(
     let client = ctx.client.clone();
     let ns = config.namespace.as_deref();
     let owned = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
-    Controller::new(api::<Flow>(&client, ns), watcher::Config::default())
+    // A Flow triggers a reconcile when its spec changes (its generation: deletion bumps it
+    // too), never when only its status or metadata does: each reconcile may write the status
+    // (demand, conditions), and a watch on every write would reconcile a busy Flow in a loop.
+    // Rechecks come from the reconcile's own requeue and from the owned objects' events.
+    let (flows, writer) = reflector::store();
+    let trigger = watcher(api::<Flow>(&client, ns), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, PredicateConfig::default());
+    Controller::for_stream(trigger, flows)
         .owns(api::<ConfigMap>(&client, ns), owned.clone())
         .owns(api::<Job>(&client, ns), owned.clone())
         .owns(api::<Deployment>(&client, ns), owned.clone())
