@@ -9,6 +9,17 @@
 //! - Ctrl-C (SIGINT to the runner) on an unbounded REALTIME flow: the producers drain, every
 //!   worker stops within a few seconds, exit 130, no worker process left.
 //!
+//! **REALTIME runs are checked against the broker.** A REALTIME stream keeps only its newest
+//! message (STREAM-2) and a live source never waits (DELIV-4), so on a loaded machine a
+//! message the next one replaced before its consumer fetched it is gone: that is the one loss
+//! REALTIME allows, and no count of outputs can be expected from such a run. What the tests
+//! check instead, on an external nats-server with `--keep`: the start order (every source's
+//! first DATA is published only after each child asked its stream for a message, so nothing
+//! is lost to a start-up race) and the accounting of every hop — each node acked everything
+//! the broker delivered to it and passed all of it on (the consumer's durable against the
+//! node's own EOS-7 count, or against what a sink wrote); the difference between what a node
+//! published and what its child was delivered is what the stream dropped.
+//!
 //! The runs that time matters to (the samples, toy-fusion's live time join above all, and the
 //! Ctrl-C deadline) hold [`SERIAL`], so they do not compete with each other for the CPU; the
 //! Ctrl-C test sends SIGINT only once data flows through the sink, i.e. after the runner's
@@ -17,9 +28,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt as _;
+use videoflow_core::envelope::{self, MsgType};
 use videoflow_core::naming;
 use videoflow_testkit::NatsServer;
 
@@ -128,19 +141,24 @@ fn run(flow: &Path, dir: &Path, args: &[&str]) -> (Option<i32>, String) {
 fn sample_passes(name: &str) {
     let _serial = serial();
     let dir = scratch(name);
+    sample_run(name, &dir, &[]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs sample `name` in `dir` (with `extra` runner arguments) and checks its self-check
+/// artifact, which it returns.
+fn sample_run(name: &str, dir: &Path, extra: &[&str]) -> serde_json::Value {
     let workdir = dir.join("work");
     let flow = repo_root().join(format!("config/samples/{name}.yaml"));
     let started = Instant::now();
-    let (code, log) = run(
-        &flow,
-        &dir,
-        &[
-            "--workdir",
-            workdir.to_str().expect("utf-8 path"),
-            "--timeout",
-            "150",
-        ],
-    );
+    let mut args = vec![
+        "--workdir",
+        workdir.to_str().expect("utf-8 path"),
+        "--timeout",
+        "150",
+    ];
+    args.extend_from_slice(extra);
+    let (code, log) = run(&flow, dir, &args);
     let elapsed = started.elapsed();
     assert_eq!(code, Some(0), "{name} failed:\n{log}");
     let artifact = workdir.join("selfcheck.json");
@@ -156,7 +174,7 @@ fn sample_passes(name: &str) {
         "the runner reports the verdict and where it is:\n{log}"
     );
     eprintln!("{name}: ok in {elapsed:.1?}");
-    let _ = std::fs::remove_dir_all(&dir);
+    verdict
 }
 
 #[test]
@@ -169,9 +187,46 @@ fn sample_toy_router_checks_itself() {
     sample_passes("toy-router");
 }
 
+/// The REALTIME time join sample (JOIN-11…23), on an external broker so the run can be
+/// checked against it (module docs): the join pulled from every source before the source
+/// published (STREAM-2 start order), and it grouped every tick the broker delivered — a
+/// synchronized parent's `received` is exactly what its durable delivered, all of it acked;
+/// a collect parent delivers at most that (JOIN-19 drops the samples no group claims).
 #[test]
 fn sample_toy_fusion_checks_itself() {
-    sample_passes("toy-fusion");
+    let _serial = serial();
+    let dir = scratch("toy-fusion");
+    let nats = NatsServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let tap = WireTap::start(&nats.url());
+    let verdict = sample_run("toy-fusion", &dir, &["--nats-url", &nats.url(), "--keep"]);
+    let events = tap.stop();
+    let flow_id = verdict["flow_id"].as_str().expect("flow id");
+    let run_id = verdict["run_id"].as_str().expect("run id");
+    let received = verdict["actual"]["received"]
+        .as_array()
+        .expect("received per parent");
+    let parents = ["left", "right", "imu"];
+    for (i, parent) in parents.iter().enumerate() {
+        assert_pulled_before_published(&events, flow_id, run_id, parent, "check");
+        let hop = Hop::read(&nats.url(), flow_id, run_id, parent, "check");
+        hop.assert_settled();
+        let got = received[i].as_u64().expect("count");
+        if *parent == "imu" {
+            assert!(got <= hop.delivered, "{parent}: {got} claimed of {hop:?}");
+        } else {
+            assert_eq!(
+                got, hop.delivered,
+                "{parent}: the join lost a tick: {hop:?}"
+            );
+        }
+        eprintln!(
+            "toy-fusion: {parent} published {}, delivered {} (REALTIME dropped {})",
+            hop.published,
+            hop.delivered,
+            hop.published.saturating_sub(hop.delivered)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -319,7 +374,6 @@ fn stream_names(url: &str) -> Vec<String> {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        use futures::StreamExt as _;
         let client = async_nats::connect(url).await.expect("connect");
         let js = async_nats::jetstream::new(client);
         let mut names = js.stream_names();
@@ -433,8 +487,12 @@ fn processes_with(marker: &str) -> Vec<u32> {
 }
 
 /// Ctrl-C on an unbounded REALTIME flow: SIGINT to the runner drains the producers (START-3),
-/// every worker ends within a few seconds, the runner exits 130, no worker is left, and what
-/// was produced before the stop reached the sink, without a gap.
+/// every worker ends within a few seconds, the runner exits 130, no worker is left, and the
+/// drain lost nothing: every node acked all the broker delivered to it, `plus` published one
+/// output per tick it was delivered (its EOS-7 count), and the sink wrote each of them once.
+/// The ticks the streams dropped (STREAM-2: replaced before they were fetched) are the only
+/// gaps; the nodes started children first (STREAM-2 start order), so none of them is a
+/// start-up race.
 #[test]
 fn ctrl_c_drains_a_realtime_flow_and_exits_130() {
     use nix::sys::signal::{Signal, kill};
@@ -442,6 +500,8 @@ fn ctrl_c_drains_a_realtime_flow_and_exits_130() {
 
     let _serial = serial();
     let dir = scratch("ctrl-c");
+    let nats = NatsServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let tap = WireTap::start(&nats.url());
     let marker = format!(
         "ctrlc-{}-{}",
         std::process::id(),
@@ -459,6 +519,7 @@ kind: Flow
 metadata: {{name: {marker}}}
 spec:
   type: realtime
+  runId: r1
   nodes:
   - name: ticks
     kind: producer
@@ -483,6 +544,9 @@ spec:
         &flow,
         &dir,
         &[
+            "--nats-url",
+            &nats.url(),
+            "--keep",
             "--workdir",
             workdir.to_str().expect("utf-8"),
             "--timeout",
@@ -536,7 +600,18 @@ spec:
     }
     let left = processes_with(&marker);
     assert!(left.is_empty(), "workers left running: {left:?}");
-    // Drained: the sink got 1, 2, …, n — everything produced before the stop, no gap.
+    let events = tap.stop();
+    assert_pulled_before_published(&events, &marker, "r1", "plus", "sink");
+    assert_pulled_before_published(&events, &marker, "r1", "ticks", "plus");
+    // Drained: nothing delivered was lost on the way out.
+    let ticks = Hop::read(&nats.url(), &marker, "r1", "ticks", "plus");
+    let plus = Hop::read(&nats.url(), &marker, "r1", "plus", "sink");
+    ticks.assert_settled();
+    plus.assert_settled();
+    assert_eq!(
+        plus.published, ticks.delivered,
+        "plus published one output per tick delivered to it: {ticks:?} → {plus:?}"
+    );
     let mut values: Vec<i64> = std::fs::read_to_string(&out)
         .expect("sink output")
         .lines()
@@ -545,8 +620,192 @@ spec:
             r["value"].as_i64().expect("int value")
         })
         .collect();
+    assert_eq!(
+        u64::try_from(values.len()).expect("count"),
+        plus.delivered,
+        "the sink wrote each delivery once: {plus:?}"
+    );
+    // Ticks 0, 1, … become 1, 2, …: each value once, none the producer did not publish.
     values.sort_unstable();
-    let n = i64::try_from(values.len()).expect("count");
-    assert_eq!(values, (1..=n).collect::<Vec<_>>());
+    values.dedup();
+    assert_eq!(
+        u64::try_from(values.len()).expect("count"),
+        plus.delivered,
+        "no value twice"
+    );
+    let published = i64::try_from(ticks.published).expect("count");
+    assert!(
+        values.iter().all(|v| (1..=published).contains(v)),
+        "{values:?} of {published}"
+    );
+    eprintln!(
+        "ctrl-c: ticks published {}, plus got {}, sink got {} (REALTIME dropped {})",
+        ticks.published,
+        ticks.delivered,
+        plus.delivered,
+        ticks.published - plus.delivered
+    );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every pull request and DATA publication on a broker, in the order the server routed them:
+/// a plain NATS subscription to `>` on a thread of its own. Entries read `next
+/// <stream>.<durable>` (`$JS.API.CONSUMER.MSG.NEXT.…`, a consumer asking for messages) and
+/// `pub <subject>` (a publication on a `vf.…` subject; deliveries carry a `$JS.ACK.…` reply
+/// and are left out).
+struct WireTap {
+    events: Arc<Mutex<Vec<String>>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl WireTap {
+    /// Subscribes and returns once the server confirmed the subscription.
+    fn start(url: &str) -> Self {
+        let url = url.to_owned();
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let seen = events.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let client = async_nats::connect(url).await.expect("tap connect");
+                let mut all = client.subscribe(">").await.expect("tap subscribe");
+                client.flush().await.expect("tap flush");
+                let _ = ready_tx.send(());
+                loop {
+                    tokio::select! {
+                        m = all.next() => {
+                            let Some(m) = m else { break };
+                            let subject = m.subject.as_str();
+                            let delivery = m.reply.as_ref().is_some_and(|r| r.starts_with("$JS.ACK."));
+                            let entry = if let Some(rest) = subject.strip_prefix("$JS.API.CONSUMER.MSG.NEXT.") {
+                                format!("next {rest}")
+                            } else if subject.starts_with("vf.") && !delivery {
+                                format!("pub {subject}")
+                            } else {
+                                continue;
+                            };
+                            seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(entry);
+                        }
+                        _ = &mut stop_rx => break,
+                    }
+                }
+            });
+        });
+        ready_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("wire tap subscribed");
+        WireTap {
+            events,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the tap; what it saw, in order.
+    fn stop(mut self) -> Vec<String> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        std::mem::take(
+            &mut *self
+                .events
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
+/// STREAM-2 start order: `child`'s durable asked `parent`'s stream for a message before the
+/// first DATA was published on it, so that DATA was handed out as it was stored.
+fn assert_pulled_before_published(
+    events: &[String],
+    flow: &str,
+    run: &str,
+    parent: &str,
+    child: &str,
+) {
+    let data = format!("pub {}", naming::data_subject(flow, run, parent));
+    let pull = format!(
+        "next {}.{}",
+        naming::stream_name(flow, run, parent),
+        naming::durable_name(child, parent)
+    );
+    let published = events.iter().position(|e| *e == data);
+    let pulled = events.iter().position(|e| *e == pull);
+    match (pulled, published) {
+        (Some(pulled), Some(published)) => assert!(
+            pulled < published,
+            "{parent} published (event {published}) before {child} pulled (event {pulled}): {:?}",
+            &events[..=published.max(pulled)]
+        ),
+        _ => panic!("no {data:?} or no {pull:?} on the wire: {events:?}"),
+    }
+}
+
+/// One REALTIME hop after a `--keep` run: what `parent` published (its terminator's EOS-7
+/// count) and how `child`'s data durable on `parent`'s stream stands.
+#[derive(Debug)]
+struct Hop {
+    /// Distinct DATA `parent` published (EOS-7: the seq of its EOS, its stream's newest
+    /// message).
+    published: u64,
+    /// Deliveries to `child` (the durable's consumer sequence).
+    delivered: u64,
+    /// Deliveries acked without a gap (the ack floor).
+    acked: u64,
+    ack_pending: usize,
+    redelivered: usize,
+}
+
+impl Hop {
+    fn read(url: &str, flow: &str, run: &str, parent: &str, child: &str) -> Hop {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let client = async_nats::connect(url).await.expect("connect");
+            let js = async_nats::jetstream::new(client);
+            let stream = js
+                .get_stream(naming::stream_name(flow, run, parent))
+                .await
+                .expect("kept stream");
+            let eos = stream
+                .get_last_raw_message_by_subject(&naming::eos_subject(flow, run, parent))
+                .await
+                .expect("the EOS is the stream's newest message");
+            let eos = envelope::decode(&eos.payload).expect("EOS envelope");
+            assert_eq!(eos.msg_type, MsgType::Eos, "{eos:?}");
+            let mut durable: async_nats::jetstream::consumer::PullConsumer = stream
+                .get_consumer(&naming::durable_name(child, parent))
+                .await
+                .expect("data durable");
+            let info = durable.info().await.expect("durable info");
+            Hop {
+                published: eos.seq,
+                delivered: info.delivered.consumer_sequence,
+                acked: info.ack_floor.consumer_sequence,
+                ack_pending: info.num_ack_pending,
+                redelivered: info.num_redelivered,
+            }
+        })
+    }
+
+    /// The child settled everything it was delivered, each message once (best-effort:
+    /// `max_deliver` 1, DELIV-10).
+    fn assert_settled(&self) {
+        assert_eq!(self.acked, self.delivered, "{self:?}");
+        assert_eq!(self.ack_pending, 0, "{self:?}");
+        assert_eq!(self.redelivered, 0, "{self:?}");
+        assert!(self.delivered <= self.published, "{self:?}");
+    }
 }

@@ -7,6 +7,9 @@
 //! with each failed worker's termination reason → exit with the taxonomy's code.
 //!
 //! - [`progress`] — the live per-node progress line (published / done, rate).
+//! - [`start`] — the start order: BATCH all at once, REALTIME children before parents,
+//!   each node once its children pull from it (a REALTIME stream keeps only its newest
+//!   message, STREAM-2).
 //! - [`supervisor`] — the worker processes: spawn, log prefixes, restarts (ABORT-6).
 //!
 //! **Run directory.** Every worker starts in one working directory (`--workdir`, default
@@ -19,6 +22,7 @@
 //! fail the worker itself: `close()` errors are only logged, LOOP-1).
 
 pub mod progress;
+pub mod start;
 pub mod supervisor;
 
 use std::io::IsTerminal as _;
@@ -35,6 +39,7 @@ use crate::broker::{self, Broker, StopFlag};
 use crate::config::environment::LOCAL_WORKER_PASSTHROUGH;
 use crate::config::{Environment, LogConfig};
 use crate::provision::{node_vars, provision};
+use start::{ReplicaState, StartOrder};
 use supervisor::Worker;
 
 /// How often the supervisor repeats the control stop once it gave up (ABORT-6).
@@ -45,6 +50,11 @@ const DRAIN_GRACE: Duration = Duration::from_secs(10);
 const ABORT_GRACE: Duration = Duration::from_secs(10);
 /// How long workers get after the control stop before they are killed.
 const KILL_GRACE: Duration = Duration::from_secs(10);
+/// How often the supervisor looks at its workers.
+const POLL: Duration = Duration::from_millis(200);
+/// How often it looks while REALTIME nodes wait for their children to pull (every poll is
+/// start-up latency added per level of the graph).
+const START_POLL: Duration = Duration::from_millis(20);
 
 /// What `run` was asked to do.
 #[derive(Debug, Clone)]
@@ -162,12 +172,16 @@ async fn run(opts: RunOptions, interrupt: StopFlag) -> Result<i32, VfError> {
             );
         }
     }
-    for w in &mut workers {
+    // BATCH: every worker now; REALTIME: children first, as the supervisor finds them
+    // pulling (`start`).
+    let mut order = StartOrder::new(&flow);
+    for w in workers.iter_mut().filter(|w| !order.is_waiting(&w.node)) {
         w.spawn(&exe, colour)
             .map_err(|e| env_error(format!("cannot start {}: {e}", w.label())))?;
     }
     let interrupted = supervise(
         &mut workers,
+        &mut order,
         &broker,
         &doc,
         &flow,
@@ -297,11 +311,12 @@ fn start_payload_store(doc: &mut FlowDocument) -> Result<Option<RedisServer>, Vf
     Ok(Some(server))
 }
 
-/// Waits for every worker, restarting what can be restarted; returns whether the run was
-/// interrupted (Ctrl-C).
+/// Waits for every worker, starting those `order` holds back once they may start and
+/// restarting what can be restarted; returns whether the run was interrupted (Ctrl-C).
 #[allow(clippy::too_many_arguments)]
 async fn supervise(
     workers: &mut [Worker],
+    order: &mut StartOrder,
     broker: &Broker,
     doc: &FlowDocument,
     flow: &videoflow_core::compile::CompiledFlow,
@@ -377,7 +392,20 @@ async fn supervise(
                 w.exit = Some(-1);
             }
         }
-        let alive = workers.iter().any(|w| w.running()) || !pending_restarts.is_empty();
+        if !order.is_empty() {
+            if stopping_since.is_some() || interrupt.is_set() {
+                // The nodes still waiting never start; the ones started below them would
+                // wait for an end of stream that no longer comes, so they are stopped now.
+                let never = order.abandon();
+                eprintln!("stopping before {} started", never.join(", "));
+                stopping_since.get_or_insert(now);
+            } else {
+                start_due(workers, order, &pending_restarts, broker, flow, exe, colour).await;
+            }
+        }
+        let alive = workers.iter().any(|w| w.running())
+            || !pending_restarts.is_empty()
+            || !order.is_empty();
         if !alive {
             return drain_since.is_some();
         }
@@ -427,7 +455,56 @@ async fn supervise(
                 progress.line(broker, flow).await
             );
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(if order.is_empty() { POLL } else { START_POLL }).await;
+    }
+}
+
+/// Starts the workers of every node `order` finds due (see [`start`]); a worker that cannot
+/// be started ends with `-1`, like a failed restart.
+async fn start_due(
+    workers: &mut [Worker],
+    order: &mut StartOrder,
+    pending_restarts: &[(usize, Instant)],
+    broker: &Broker,
+    flow: &videoflow_core::compile::CompiledFlow,
+    exe: &PathBuf,
+    colour: bool,
+) {
+    let states: Vec<(String, ReplicaState)> = workers
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let state = if w.running() || pending_restarts.iter().any(|(p, _)| *p == i) {
+                ReplicaState::Live
+            } else if w.exit.is_some() {
+                ReplicaState::Ended
+            } else {
+                ReplicaState::NotStarted
+            };
+            (w.node.clone(), state)
+        })
+        .collect();
+    let due = order
+        .due(flow, |child, parent| {
+            let replicas: Vec<ReplicaState> = states
+                .iter()
+                .filter(|(node, _)| *node == child)
+                .map(|(_, s)| *s)
+                .collect();
+            let spec = flow.node(&child);
+            async move {
+                match spec {
+                    Some(spec) => start::pulling(broker, flow, spec, &parent, &replicas).await,
+                    None => true,
+                }
+            }
+        })
+        .await;
+    for w in workers.iter_mut().filter(|w| due.contains(&w.node)) {
+        if let Err(e) = w.spawn(exe, colour) {
+            eprintln!("cannot start {}: {e}", w.label());
+            w.exit = Some(-1);
+        }
     }
 }
 
@@ -437,6 +514,7 @@ fn print_summary(workers: &[Worker]) {
     for w in workers {
         let reason = match (w.exit, w.record()) {
             (Some(0), _) => "ok".to_owned(),
+            (None, _) => "not started".to_owned(),
             (_, Some(r)) => format!(
                 "{}: {}{}",
                 r["code"].as_str().unwrap_or("?"),

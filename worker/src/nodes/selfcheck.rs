@@ -244,6 +244,10 @@ pub const SELFCHECK_KEYS: &[&str] = &[
     "max",
     "values",
     "missing",
+    "received",
+    "duplicates",
+    "mismatched",
+    "split",
     "collected",
     "collected_duplicates",
     "collect_max_offset_ms",
@@ -269,6 +273,15 @@ pub const SELFCHECK_KEYS: &[&str] = &[
 ///   are skipped; a slot that mixes shapes, or holds no number (a string, a tensor), folds
 ///   to the string `"mixed"`.
 /// - `missing` — groups in which some parent was missing (time-join quorum groups).
+/// - `received` — per parent, in parent order, the envelopes this node was given: the groups
+///   a parent is present in, and for a time-join collect parent the samples it delivered.
+///   With the numbers its sources publish as bounds, it says what a REALTIME flow dropped.
+/// - `duplicates` — single-envelope members (parent, trace id, seq) already delivered in an
+///   earlier group; `mismatched` — groups whose present single-envelope members carry
+///   different values; `split` — values carried by single-envelope members that occur in
+///   more than one group. For a join of sources that publish the same value for the same
+///   instant (ticks of one grid), `mismatched == 0` and `split == 0` say that every pair
+///   that arrived was joined, and joined right, whatever else was dropped.
 /// - `collected` — samples delivered by time-join collect parents; `collected_duplicates` —
 ///   those seen before (same parent, trace id and seq); `collect_max_offset_ms` — the largest
 ///   `|sample event time − group time|` in milliseconds, the group time being the earliest
@@ -305,6 +318,12 @@ struct Stats {
     min: Option<Json>,
     max: Option<Json>,
     missing: u64,
+    received: Vec<u64>,
+    members_seen: BTreeSet<(String, String, u64)>,
+    duplicates: u64,
+    mismatched: u64,
+    /// Per single-envelope member value (JSON text): the groups it occurs in.
+    value_groups: BTreeMap<String, u64>,
     collected: u64,
     collected_seen: BTreeSet<(String, String, u64)>,
     collected_duplicates: u64,
@@ -393,6 +412,37 @@ impl SelfCheck {
         if inputs.iter().any(|i| matches!(i, Input::Missing)) {
             s.missing += 1;
         }
+        // Per parent: what was received; single-envelope members: duplicates and pairing.
+        if s.received.len() < ctx.input_info.len() {
+            s.received.resize(ctx.input_info.len(), 0);
+        }
+        let mut values = BTreeSet::new();
+        for (i, (parent, info)) in ctx.input_info.iter().enumerate() {
+            match info {
+                Some(InputInfo::Single(e)) => {
+                    s.received[i] += 1;
+                    if !s
+                        .members_seen
+                        .insert((parent.clone(), e.trace_id.clone(), e.seq))
+                    {
+                        s.duplicates += 1;
+                    }
+                    if let Some(input) = inputs.get(i) {
+                        values.insert(input_to_json(input).to_string());
+                    }
+                }
+                Some(InputInfo::Collected(items)) => {
+                    s.received[i] += u64::try_from(items.len()).unwrap_or(u64::MAX);
+                }
+                None => {}
+            }
+        }
+        if values.len() > 1 {
+            s.mismatched += 1;
+        }
+        for v in values {
+            *s.value_groups.entry(v).or_insert(0) += 1;
+        }
         for input in inputs {
             let tensors: Vec<&Tensor> = match input {
                 Input::Present(Payload::Tensor(t)) => vec![t],
@@ -469,6 +519,11 @@ impl SelfCheck {
             a.insert("values".into(), Json::Array(values));
         }
         a.insert("missing".into(), json!(s.missing));
+        a.insert("received".into(), json!(s.received));
+        a.insert("duplicates".into(), json!(s.duplicates));
+        a.insert("mismatched".into(), json!(s.mismatched));
+        let split_values = s.value_groups.values().filter(|n| **n > 1).count();
+        a.insert("split".into(), json!(split_values));
         a.insert("collected".into(), json!(s.collected));
         a.insert("collected_duplicates".into(), json!(s.collected_duplicates));
         a.insert(
@@ -824,6 +879,78 @@ mod tests {
         let r = c.report(&ctx);
         assert_eq!(r["ok"], json!(false));
         assert_eq!(r["details"], json!(["count: expected 4, got 3"]));
+    }
+
+    /// One time-join group of `left`/`right` ticks (`None`: missing) and collected `imu`
+    /// sample seqs, fed to `c` the way the receive loop does (JOIN-17/18).
+    fn join_group(c: &mut SelfCheck, left: Option<u64>, right: Option<u64>, imu: &[u64]) {
+        let mut ctx = NodeContext::new("f", "r", "check", 0);
+        let sync = |parent: &str, tick: Option<u64>| {
+            let info = tick.map(|t| {
+                InputInfo::Single(EnvelopeInfo {
+                    event_ts: Some(t as f64 / 10.0),
+                    trace_id: format!("{parent}:{t}"),
+                    seq: t,
+                    ..EnvelopeInfo::default()
+                })
+            });
+            (parent.to_owned(), info)
+        };
+        let samples = imu
+            .iter()
+            .map(|s| EnvelopeInfo {
+                event_ts: Some(*s as f64 / 40.0),
+                trace_id: format!("imu:{s}"),
+                seq: *s,
+                ..EnvelopeInfo::default()
+            })
+            .collect();
+        ctx.begin_group(
+            None,
+            vec![
+                sync("left", left),
+                sync("right", right),
+                ("imu".to_owned(), Some(InputInfo::Collected(samples))),
+            ],
+        );
+        let input = |t: Option<u64>| t.map_or(Input::Missing, |t| int(t as i64));
+        let collected = Input::Collected(
+            imu.iter()
+                .map(|s| Payload::Value(Value::Int(*s as i64)))
+                .collect(),
+        );
+        assert_eq!(
+            c.consume(&mut ctx, &[input(left), input(right), collected]),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn selfcheck_counts_what_a_join_received_and_how_it_paired_it() {
+        let expect = params(json!({
+            "received": [{"at_most": 4}, {"at_most": 3}, {"at_most": 16}],
+            "duplicates": 0, "mismatched": 0, "split": 0, "count": {"at_most": 4},
+        }));
+        let mut c = SelfCheck::new("unused.json", expect);
+        // Tick 2 of `left` and tick 4 of `right` dropped upstream (REALTIME), tick 3 has no
+        // right partner: what arrived is paired right.
+        join_group(&mut c, Some(1), Some(1), &[4, 5]);
+        join_group(&mut c, None, Some(2), &[8]);
+        join_group(&mut c, Some(3), None, &[12, 13]);
+        join_group(&mut c, Some(4), None, &[]);
+        let r = c.report(&NodeContext::default());
+        assert_eq!(r["ok"], json!(true), "{r:#}");
+        assert_eq!(r["actual"]["received"], json!([3, 2, 5]));
+        // Ticks joined wrong: 5 with 6, 7 in two groups, a left delivered twice.
+        join_group(&mut c, Some(5), Some(6), &[]);
+        join_group(&mut c, Some(7), None, &[]);
+        join_group(&mut c, None, Some(7), &[]);
+        join_group(&mut c, Some(7), None, &[]);
+        let r = c.report(&NodeContext::default());
+        assert_eq!(r["actual"]["mismatched"], json!(1));
+        assert_eq!(r["actual"]["split"], json!(1));
+        assert_eq!(r["actual"]["duplicates"], json!(1));
+        assert_eq!(r["ok"], json!(false));
     }
 
     #[test]
