@@ -12,7 +12,7 @@ use videoflow_operator::controller::admission::{admit, autoscaling_problems};
 use videoflow_operator::controller::apply::{Stage, desired_objects, plan};
 use videoflow_operator::controller::events::transitions;
 use videoflow_operator::controller::observe::Observed;
-use videoflow_operator::controller::reconcile::backoff;
+use videoflow_operator::controller::reconcile::{backoff, jittered_backoff};
 use videoflow_operator::controller::status::{Cond, merge_conditions};
 use videoflow_operator::controller::teardown::{TeardownOutcome, TeardownStep, teardown_step};
 use videoflow_operator::controller::termination::{MESSAGE_MAX, observe_container};
@@ -378,6 +378,16 @@ fn backoff_doubles_and_is_capped() {
     assert_eq!(backoff(2), Duration::from_secs(10));
     assert_eq!(backoff(4), Duration::from_secs(40));
     assert_eq!(backoff(50), Duration::from_secs(300));
+    // Jitter spreads Flows that failed together over up to +20 %.
+    let delays: std::collections::BTreeSet<Duration> = (0..40)
+        .map(|i| jittered_backoff(3, &format!("ns/flow-{i}")))
+        .collect();
+    assert!(
+        delays
+            .iter()
+            .all(|d| *d >= backoff(3) && *d <= backoff(3).mul_f64(1.2))
+    );
+    assert!(delays.len() > 10, "spread: {delays:?}");
 }
 
 #[test]

@@ -135,6 +135,8 @@ impl Call {
 #[derive(Default, Clone)]
 struct Cluster {
     objects: BTreeMap<&'static str, Vec<Value>>,
+    /// A write the API server refuses: (path contains, HTTP code, reason, message).
+    refuse: Option<(&'static str, u16, &'static str, &'static str)>,
 }
 
 impl Cluster {
@@ -191,6 +193,19 @@ async fn respond(req: Request<Body>, flow: &Value, cluster: &Cluster) -> (Call, 
         Some(serde_json::from_slice(&bytes).expect("JSON body"))
     };
     let path = uri.split('?').next().unwrap_or_default().to_owned();
+    if let Some((part, code, reason, message)) = cluster.refuse
+        && method == "PATCH"
+        && path.contains(part)
+    {
+        let status = json!({"apiVersion": "v1", "kind": "Status", "metadata": {},
+            "status": "Failure", "code": code, "reason": reason, "message": message});
+        let response = Response::builder()
+            .status(code)
+            .header("content-type", "application/json")
+            .body(Body::from(serde_json::to_vec(&status).expect("serialize")))
+            .expect("response");
+        return (Call { method, uri, body }, response);
+    }
     let answer = match method.as_str() {
         "GET" => {
             let resource = path.rsplit('/').next().unwrap_or_default();
@@ -568,6 +583,68 @@ async fn completed_provisioning_applies_the_workers() {
     assert_eq!(
         events(&calls),
         vec![("Normal".into(), "Provisioned".into())]
+    );
+}
+
+/// A write the API server refuses for good (an exceeded quota) reaches the user: Degraded and
+/// not Ready with the API's reason and message, a Warning Event, `observedGeneration` not
+/// advanced; the reconcile still fails, so it retries with backoff. A conflict (409) is
+/// retried without a condition.
+#[tokio::test]
+async fn a_refused_apply_becomes_a_condition_and_an_event() {
+    let f = flow(REALTIME);
+    let r = rendered(&f);
+    let provision = r.provision.metadata.name.clone().expect("name");
+    let (_, first) = scenario(f.clone(), Cluster::default().applied(&f, false), EARLIER).await;
+    let previous = status_patch(&first);
+    let f = with_status(f, &previous);
+    let mut cluster =
+        Cluster::default()
+            .applied(&f, false)
+            .status("jobs", &provision, complete_job(EARLIER));
+    cluster.refuse = Some((
+        "/deployments/",
+        403,
+        "Forbidden",
+        "deployments \"vf-x\" is forbidden: exceeded quota: compute, requested: cpu=2",
+    ));
+    let (result, calls) = scenario(f.clone(), cluster.clone(), NOW).await;
+    assert!(
+        result.is_err(),
+        "the reconcile fails and backs off: {result:?}"
+    );
+    let status = status_patch(&calls);
+    let degraded = condition(&status, "Degraded");
+    assert_eq!(degraded["status"], "True");
+    assert_eq!(degraded["reason"], "ApplyRefused");
+    let message = degraded["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("403 Forbidden") && message.contains("exceeded quota"),
+        "{message}"
+    );
+    assert!(
+        message.contains("apply Deployment/"),
+        "names what was refused: {message}"
+    );
+    assert_eq!(condition(&status, "Ready")["status"], "False");
+    assert_eq!(status["observedGeneration"], previous["observedGeneration"]);
+    assert!(
+        events(&calls).contains(&("Warning".into(), "Degraded".into())),
+        "{:?}",
+        events(&calls)
+    );
+
+    cluster.refuse = Some((
+        "/deployments/",
+        409,
+        "Conflict",
+        "the object has been modified",
+    ));
+    let (result, calls) = scenario(f, cluster, NOW).await;
+    assert!(result.is_err());
+    assert!(
+        !calls.iter().any(|c| c.uri.contains("/status?")),
+        "a conflict is retried, not reported"
     );
 }
 

@@ -5,6 +5,18 @@
 //! controller's point of view and is retried with backoff by the error policy.
 
 use videoflow_core::errors::ErrorCode;
+use videoflow_core::redact::redact_text;
+
+/// A write the API server refused for good ([`ReconcileError::api_refusal`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiRefusal {
+    /// The HTTP status, e.g. 403 for an exceeded quota or a webhook's denial.
+    pub code: u16,
+    /// The API's reason (`Forbidden`, `Invalid`, `RequestEntityTooLarge`, ...).
+    pub reason: String,
+    /// What was refused and the API's message, e.g. `apply Deployment/vf-x: exceeded quota`.
+    pub message: String,
+}
 
 /// A failed reconcile; the controller requeues the Flow with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +55,35 @@ impl ReconcileError {
             target: target.into(),
             source: Box::new(source),
         }
+    }
+
+    /// The API server's definite refusal of a write — a quota, an admission webhook's denial,
+    /// a validation error, an object over the size limit — which only a change of the Flow
+    /// (or of the cluster) can fix, and which the user must therefore see. `None` for what a
+    /// retry may cure: network errors, conflicts (409), throttling (429), server errors (5xx).
+    pub fn api_refusal(&self) -> Option<ApiRefusal> {
+        let ReconcileError::Kube {
+            action,
+            target,
+            source,
+        } = self
+        else {
+            return None;
+        };
+        let kube::Error::Api(status) = source.as_ref() else {
+            return None;
+        };
+        let retryable =
+            matches!(status.code, 404 | 409 | 429) || !(400..500).contains(&status.code);
+        (!retryable).then(|| ApiRefusal {
+            code: status.code,
+            reason: if status.reason.is_empty() {
+                format!("HTTP{}", status.code)
+            } else {
+                status.reason.clone()
+            },
+            message: redact_text(&format!("{action} {target}: {}", status.message)),
+        })
     }
 
     /// The protocol's class (ERR-*), the `code` field of the reconcile's error log line.

@@ -48,7 +48,12 @@ pub async fn reconcile(flow: Arc<Flow>, ctx: Arc<Context>) -> Result<Action, Rec
 /// next successful reconcile.
 pub fn error_policy(flow: Arc<Flow>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     let failures = ctx.count_failure(&flow);
-    let delay = backoff(failures);
+    let key = format!(
+        "{}/{}",
+        flow.namespace().unwrap_or_default(),
+        flow.name_any()
+    );
+    let delay = jittered_backoff(failures, &key);
     tracing::warn!(
         flow = %flow.name_any(),
         namespace = flow.namespace().unwrap_or_default(),
@@ -64,6 +69,17 @@ pub fn error_policy(flow: Arc<Flow>, error: &ReconcileError, ctx: Arc<Context>) 
 pub fn backoff(failures: u32) -> Duration {
     let exp = failures.saturating_sub(1).min(6);
     Duration::from_secs(5 * (1u64 << exp)).min(Duration::from_secs(300))
+}
+
+/// [`backoff`] spread by up to +20 %, so Flows that failed together (an API outage, a quota
+/// hit by many) do not retry together.
+pub fn jittered_backoff(failures: u32, flow_key: &str) -> Duration {
+    use std::hash::{Hash, Hasher};
+    let base = backoff(failures);
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (flow_key, failures, Instant::now()).hash(&mut h);
+    let permille = h.finish() % 201;
+    base + base.mul_f64(permille as f64 / 1000.0)
 }
 
 async fn reconcile_flow(flow: &Flow, ctx: &Context) -> Result<Action, ReconcileError> {
@@ -102,7 +118,15 @@ async fn reconcile_flow(flow: &Flow, ctx: &Context) -> Result<Action, ReconcileE
     if !flow.finalizers().iter().any(|f| f == FINALIZER) {
         add_finalizer(ctx, flow, &name, &ns).await?;
     }
-    apply::execute(&ctx.client, &ns, &plan, &mut observed).await?;
+    if let Err(e) = apply::execute(&ctx.client, &ns, &plan, &mut observed).await {
+        // A refusal the user must act on (quota, webhook, validation, size) reaches the
+        // status and an Event; the error still backs the retry off.
+        if let Some(refusal) = e.api_refusal() {
+            let new = status::refused_status(flow, &refusal, now);
+            write_status(ctx, flow, &name, &ns, new).await?;
+        }
+        return Err(e);
+    }
     let mut computed = compute_status(flow, &rendered, &observed, now, &ctx.status);
     if let Some(observer) = &ctx.demand {
         let demand = observer

@@ -20,6 +20,7 @@ use videoflow_core::errors::ErrorCode;
 use videoflow_core::model::FlowType;
 
 use super::admission::{Problem, problems_message};
+use super::error::ApiRefusal;
 use super::observe::{Observed, job_condition};
 use super::termination::{Observation, observe_pod};
 use crate::crd::{Flow, FlowPhase, FlowStatus, NodeStatus, condition_types as ct};
@@ -151,6 +152,30 @@ pub fn rejected_status(flow: &Flow, problems: &[Problem], now: Timestamp) -> Flo
     FlowStatus {
         observed_generation: generation,
         phase: Some(FlowPhase::Failed),
+        conditions,
+        ..previous
+    }
+}
+
+/// The status after the API server refused a write of this reconcile: Degraded and not Ready
+/// with the API's reason and message (an Event follows from the transition), and
+/// `observedGeneration` left where it was — this generation was not applied.
+pub fn refused_status(flow: &Flow, refusal: &ApiRefusal, now: Timestamp) -> FlowStatus {
+    let previous = flow.status.clone().unwrap_or_default();
+    let message = format!(
+        "the API server refused a write ({} {}): {}",
+        refusal.code, refusal.reason, refusal.message
+    );
+    let conditions = merge_conditions(
+        &previous.conditions,
+        vec![
+            Cond::new(ct::DEGRADED, true, "ApplyRefused", message.clone()),
+            Cond::new(ct::READY, false, "ApplyRefused", message),
+        ],
+        previous.observed_generation,
+        now,
+    );
+    FlowStatus {
         conditions,
         ..previous
     }
