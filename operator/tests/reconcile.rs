@@ -648,6 +648,50 @@ async fn a_refused_apply_becomes_a_condition_and_an_event() {
     );
 }
 
+/// An edit of a BATCH Flow whose Jobs exist cannot reach them (a Job's pod template is
+/// immutable): the status says so with the remedy, and `observedGeneration` stays at the
+/// generation the Jobs run — it never claims what was not applied.
+#[tokio::test]
+async fn a_batch_edit_that_cannot_reach_its_jobs_is_reported_not_claimed() {
+    let f = flow(BATCH);
+    let r = rendered(&f);
+    let provision = r.provision.metadata.name.clone().expect("name");
+    let cluster =
+        Cluster::default()
+            .applied(&f, true)
+            .status("jobs", &provision, complete_job(EARLIER));
+    let (_, first) = scenario(f.clone(), cluster.clone(), EARLIER).await;
+    let first_status = status_patch(&first);
+    assert_eq!(first_status["observedGeneration"], 1);
+    let mut edited = flow(&BATCH.replace(
+        "{name: numbers, kind: producer,",
+        "{name: numbers, kind: producer, params: {end_value: 5},",
+    ));
+    edited.metadata.generation = Some(2);
+    assert_eq!(rendered(&edited).run_id, r.run_id, "the same run");
+    let edited = with_status(edited, &first_status);
+    let (result, calls) = scenario(edited, cluster, NOW).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert!(
+        !writes(&calls).iter().any(|w| w.contains("/jobs/")),
+        "a Job is never re-applied in place: {:#?}",
+        writes(&calls)
+    );
+    let status = status_patch(&calls);
+    let degraded = condition(&status, "Degraded");
+    assert_eq!(degraded["status"], "True");
+    assert_eq!(degraded["reason"], "EditNotApplied");
+    let message = degraded["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("Job/") && message.contains("spec.runId"),
+        "{message}"
+    );
+    assert_eq!(
+        status["observedGeneration"], 1,
+        "generation 2 was not applied"
+    );
+}
+
 /// Done-when: an unchanged Flow reconciled again issues zero write requests.
 #[tokio::test]
 async fn unchanged_flow_reconciled_again_issues_zero_writes() {

@@ -136,6 +136,10 @@ pub struct Plan {
     pub apply: Vec<Desired>,
     /// Children to delete: of retired runs and of nodes that left the spec.
     pub prune: Vec<Child>,
+    /// Workload Jobs of this run created from an earlier spec (`Kind/name`): their pod
+    /// template is immutable, so the edit cannot reach them. The provisioning Job is not
+    /// listed: it ran once, and a rerun would change nothing the workers see.
+    pub unapplied: Vec<String>,
 }
 
 impl Plan {
@@ -173,6 +177,18 @@ pub fn plan(
         })
         .cloned()
         .collect();
+    let unapplied = desired
+        .iter()
+        .filter(|d| d.create_only() && d.stage == Stage::Workers)
+        .filter(|d| {
+            children.iter().any(|c| {
+                c.kind == d.kind
+                    && c.name == d.name
+                    && c.applied_hash.as_deref() != Some(d.hash.as_str())
+            })
+        })
+        .map(Desired::target)
+        .collect();
     let wanted: BTreeSet<(&str, &str)> =
         desired.iter().map(|d| (d.kind, d.name.as_str())).collect();
     let prune = children
@@ -189,7 +205,11 @@ pub fn plan(
             (None, _) => true,
         })
         .collect();
-    Plan { apply, prune }
+    Plan {
+        apply,
+        prune,
+        unapplied,
+    }
 }
 
 async fn ssa<K>(client: &Client, ns: &str, d: &Desired) -> Result<K, ReconcileError>

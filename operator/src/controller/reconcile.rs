@@ -128,6 +128,12 @@ async fn reconcile_flow(flow: &Flow, ctx: &Context) -> Result<Action, ReconcileE
         return Err(e);
     }
     let mut computed = compute_status(flow, &rendered, &observed, now, &ctx.status);
+    computed.status = status::with_unapplied_edit(
+        computed.status,
+        flow.status.as_ref().and_then(|s| s.observed_generation),
+        &plan.unapplied,
+        now,
+    );
     if let Some(observer) = &ctx.demand {
         let demand = observer
             .observe_flow(flow, ctx.render.nats_url.as_deref())

@@ -181,6 +181,36 @@ pub fn refused_status(flow: &Flow, refusal: &ApiRefusal, now: Timestamp) -> Flow
     }
 }
 
+/// `status` for a generation whose edit could not reach the run's Jobs (`unapplied`, their
+/// pod templates are immutable): Degraded with the remedy, and `observedGeneration` kept at
+/// `applied_generation`, the last one that was applied — the status never claims an edit
+/// the cluster does not run.
+pub fn with_unapplied_edit(
+    mut status: FlowStatus,
+    applied_generation: Option<i64>,
+    unapplied: &[String],
+    now: Timestamp,
+) -> FlowStatus {
+    if unapplied.is_empty() {
+        return status;
+    }
+    let message = format!(
+        "the edit does not reach {}: a BATCH run's Jobs cannot change in place (their pod \
+         template is immutable). To run the edited spec, set spec.runId to a new value (a new \
+         run with new streams and Jobs); otherwise revert the change of the nodes' image, env, \
+         resources, replicas or params.",
+        unapplied.join(", ")
+    );
+    status.conditions = merge_conditions(
+        &status.conditions,
+        vec![Cond::new(ct::DEGRADED, true, "EditNotApplied", message)],
+        applied_generation,
+        now,
+    );
+    status.observed_generation = applied_generation;
+    status
+}
+
 /// What one node's objects and pods say.
 struct NodeView {
     status: NodeStatus,
