@@ -990,6 +990,12 @@ async fn topology_change_starts_a_new_run_and_retires_the_old_one() {
             n.workload.name()
         ));
     }
+    // The retired run's streams and durables: its own teardown Job.
+    let retired_teardown =
+        videoflow_core::naming::run_object_name(&old_r.flow_id, &old_r.run_id, &["teardown"]);
+    expected.push(format!(
+        "PATCH /apis/batch/v1/namespaces/{NS}/jobs/{retired_teardown}"
+    ));
     expected.push(format!(
         "PATCH /apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/cams/status"
     ));
@@ -1004,6 +1010,25 @@ async fn topology_change_starts_a_new_run_and_retires_the_old_one() {
     assert_eq!(
         delete.body,
         Some(json!({"propagationPolicy": "Background"}))
+    );
+    let teardown = calls
+        .iter()
+        .find(|c| c.uri.contains(&format!("/jobs/{retired_teardown}")))
+        .and_then(|c| c.body.clone())
+        .expect("the retired run's teardown Job");
+    let container = &teardown["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["command"][1], "teardown");
+    let run_var = container["env"]
+        .as_array()
+        .and_then(|env| env.iter().find(|e| e["name"] == "VF_RUN_ID"))
+        .expect("VF_RUN_ID");
+    assert_eq!(
+        run_var["value"], old_r.run_id,
+        "the retired run, not the new one"
+    );
+    assert_eq!(
+        teardown["metadata"]["labels"]["videoflow.io/run"],
+        old_r.run_id
     );
     let status = status_patch(&calls);
     assert_eq!(status["runId"], new_r.run_id);

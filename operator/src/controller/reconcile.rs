@@ -21,7 +21,7 @@ use super::events::{Transition, publish, transitions};
 use super::observe::{may_own_scalers, observe, scaled_objects};
 use super::status::{self, compute_status, rejected_status};
 use super::teardown::{
-    FINALIZER, TEARDOWN_COMPONENT, TeardownOutcome, TeardownStep, teardown_job, teardown_step,
+    self, FINALIZER, TEARDOWN_COMPONENT, TeardownOutcome, TeardownStep, teardown_job, teardown_step,
 };
 use crate::crd::{Flow, FlowStatus};
 use crate::render::{Object, render};
@@ -126,6 +126,17 @@ async fn reconcile_flow(flow: &Flow, ctx: &Context) -> Result<Action, ReconcileE
             write_status(ctx, flow, &name, &ns, new).await?;
         }
         return Err(e);
+    }
+    // The run the Flow moved away from keeps streams and durables outside Kubernetes: its
+    // workloads were pruned above, now its teardown Job removes the rest. Done in the
+    // reconcile that moves `status.runId`; a failure returns before the status is written,
+    // so the next reconcile tries again.
+    if let Some(retired) = flow.status.as_ref().and_then(|s| s.run_id.as_deref())
+        && retired != rendered.run_id
+    {
+        let job = teardown::retired_run_teardown_job(&rendered, retired);
+        let d = apply::desired(&Object::Job(&job), Stage::Prepare)?;
+        apply::apply_one(&ctx.client, &ns, &d).await?;
     }
     let mut computed = compute_status(flow, &rendered, &observed, now, &ctx.status);
     computed.status = status::with_unapplied_edit(

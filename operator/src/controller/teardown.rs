@@ -17,7 +17,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::observe::job_condition;
 use crate::render::Rendered;
-use crate::render::labels::{LABEL_COMPONENT, label_value};
+use crate::render::labels::{LABEL_COMPONENT, LABEL_RUN, label_value};
 use crate::render::pod::WORKER_BINARY;
 
 /// The finalizer: domain-qualified, so no other controller mistakes it for its own.
@@ -65,6 +65,41 @@ pub fn teardown_job(rendered: &Rendered) -> Job {
             for c in &mut pod.containers {
                 c.name = TEARDOWN_COMPONENT.to_owned();
                 c.command = Some(vec![WORKER_BINARY.to_owned(), "teardown".to_owned()]);
+            }
+        }
+    }
+    job
+}
+
+/// The teardown Job of `retired_run`, a run the Flow moved away from (a topology change or a
+/// new `spec.runId`): the current run's teardown Job with the retired run's id, so the
+/// retired run's streams and durables go — selected by their owner labels (flow, run) — while
+/// the new run's stay. Never pruned (its component), collected with the Flow.
+pub fn retired_run_teardown_job(rendered: &Rendered, retired_run: &str) -> Job {
+    let mut job = teardown_job(rendered);
+    job.metadata.name = Some(videoflow_core::naming::run_object_name(
+        &rendered.flow_id,
+        retired_run,
+        &["teardown"],
+    ));
+    let relabel = |labels: &mut Option<std::collections::BTreeMap<String, String>>| {
+        if let Some(labels) = labels {
+            labels.insert(LABEL_RUN.to_owned(), label_value(retired_run));
+        }
+    };
+    relabel(&mut job.metadata.labels);
+    if let Some(spec) = job.spec.as_mut() {
+        if let Some(meta) = spec.template.metadata.as_mut() {
+            relabel(&mut meta.labels);
+        }
+        if let Some(pod) = spec.template.spec.as_mut() {
+            for c in &mut pod.containers {
+                for var in c.env.iter_mut().flatten() {
+                    if var.name == "VF_RUN_ID" {
+                        var.value = Some(retired_run.to_owned());
+                        var.value_from = None;
+                    }
+                }
             }
         }
     }
