@@ -1030,6 +1030,10 @@ async fn topology_change_starts_a_new_run_and_retires_the_old_one() {
         teardown["metadata"]["labels"]["videoflow.io/run"],
         old_r.run_id
     );
+    assert_eq!(
+        teardown["spec"]["ttlSecondsAfterFinished"], 60,
+        "it goes once it finished"
+    );
     let status = status_patch(&calls);
     assert_eq!(status["runId"], new_r.run_id);
     assert_eq!(condition(&status, "Provisioned")["status"], "False");

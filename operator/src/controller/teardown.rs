@@ -71,10 +71,14 @@ pub fn teardown_job(rendered: &Rendered) -> Job {
     job
 }
 
+/// How long a retired run's finished teardown Job (and its pod and log) stays.
+pub const RETIRED_TEARDOWN_TTL_SECONDS: i32 = 60;
+
 /// The teardown Job of `retired_run`, a run the Flow moved away from (a topology change or a
 /// new `spec.runId`): the current run's teardown Job with the retired run's id, so the
 /// retired run's streams and durables go — selected by their owner labels (flow, run) — while
-/// the new run's stay. Never pruned (its component), collected with the Flow.
+/// the new run's stay. Never pruned (its component); removed by the TTL controller
+/// [`RETIRED_TEARDOWN_TTL_SECONDS`] after it finished, else collected with the Flow.
 pub fn retired_run_teardown_job(rendered: &Rendered, retired_run: &str) -> Job {
     let mut job = teardown_job(rendered);
     job.metadata.name = Some(videoflow_core::naming::run_object_name(
@@ -89,6 +93,10 @@ pub fn retired_run_teardown_job(rendered: &Rendered, retired_run: &str) -> Job {
     };
     relabel(&mut job.metadata.labels);
     if let Some(spec) = job.spec.as_mut() {
+        // Nothing of the retired run stays once its streams are gone: the Job and its pod
+        // follow shortly after it finished (its outcome stays in the Events and the log
+        // for a minute).
+        spec.ttl_seconds_after_finished = Some(RETIRED_TEARDOWN_TTL_SECONDS);
         if let Some(meta) = spec.template.metadata.as_mut() {
             relabel(&mut meta.labels);
         }
