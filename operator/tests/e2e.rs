@@ -30,8 +30,9 @@ use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_operator::controller::permissions::REQUIRED_PERMISSIONS;
 use videoflow_operator::render::{self, RenderConfig};
 use world::{
-    OPERATOR_NS, SERVICE_ACCOUNT, World, apply_flow, condition, delete_flow, dynamic_api, get_flow,
-    has_condition, labelled, namespace, poll, repo_root, wait_flow,
+    DEADLINE, OPERATOR_NS, SERVICE_ACCOUNT, World, apply_flow, condition, delete_flow,
+    end_condition, found, get_flow, has_condition, kind_api, labelled, list_json, namespace,
+    repo_root, wait_condition, wait_flow, wait_for, wait_gone, wait_torn_down,
 };
 
 /// The world, started by the first scenario that runs.
@@ -235,12 +236,12 @@ async fn wait_owned_objects(
 ) {
     for o in r.objects() {
         let (kind, name) = (o.kind(), o.name().to_owned());
-        let api = dynamic_api(client, api_version_of(kind), kind, Some(ns))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let obj = poll(&format!("{kind} {ns}/{name} of Flow {flow}"), || async {
-            api.get_opt(&name).await.ok().flatten()
-        })
+        let api = kind_api(client, api_version_of(kind), kind, Some(ns)).await;
+        let obj = wait_for(
+            &format!("{kind} {ns}/{name} of Flow {flow}"),
+            DEADLINE,
+            || async { found(api.get_opt(&name).await) },
+        )
         .await;
         let owners = obj.metadata.owner_references.unwrap_or_default();
         assert!(
@@ -268,6 +269,14 @@ fn run_id(flow: &Value) -> String {
         .to_owned()
 }
 
+/// The Flow's `status.nodes` entry of `node` (panics with the status without one).
+fn node_status<'a>(flow: &'a Value, node: &str) -> &'a Value {
+    flow["status"]["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["name"] == node))
+        .unwrap_or_else(|| panic!("status.nodes[{node}]: {}", flow["status"]))
+}
+
 // ---------------------------------------------------------------------------------------------
 // Scenarios.
 
@@ -292,20 +301,12 @@ async fn samples(w: Arc<World>) {
         applied.push((path.clone(), yaml, name));
     }
     for (path, yaml, name) in &applied {
-        let flow = wait_flow(c, &ns, name, "Admitted=True", |f| {
-            has_condition(f, "Admitted", "True")
-        })
-        .await;
+        let flow = wait_condition(c, &ns, name, "Admitted", "True").await;
         let r = rendered(&w, &ns, yaml);
         assert_eq!(run_id(&flow), r.run_id, "{}", path.display());
         wait_owned_objects(c, &ns, name, &uid(&flow), &r).await;
-        let batch = flow["spec"]["type"] == "batch";
-        let (what, cond) = if batch {
-            ("Complete=True", "Complete")
-        } else {
-            ("Ready=True", "Ready")
-        };
-        let flow = wait_flow(c, &ns, name, what, |f| has_condition(f, cond, "True")).await;
+        let end = end_condition(flow["spec"]["type"].as_str().unwrap_or_default());
+        let flow = wait_condition(c, &ns, name, end, "True").await;
         let finalizers = flow["metadata"]["finalizers"].to_string();
         assert!(
             finalizers.contains("videoflow.io/teardown"),
@@ -330,10 +331,7 @@ spec:
   - {name: sink, kind: consumer, parents: [nope], component: {builtin: videoflow.consumers.basic.VoidConsumer}}
 "#;
     let name = apply_flow(c, &ns, yaml).await;
-    let flow = wait_flow(c, &ns, &name, "Admitted=False", |f| {
-        has_condition(f, "Admitted", "False")
-    })
-    .await;
+    let flow = wait_condition(c, &ns, &name, "Admitted", "False").await;
     let (_, reason, message) = condition(&flow, "Admitted").unwrap_or_default();
     assert!(!reason.is_empty(), "a reason");
     assert!(
@@ -371,19 +369,24 @@ async fn degraded(w: Arc<World>) {
     let c = &w.client;
     let ns = namespace(c, "e2e-degraded").await;
     let name = apply_flow(c, &ns, CHAIN).await;
-    wait_flow(c, &ns, &name, "Ready=True", |f| {
-        has_condition(f, "Ready", "True")
-    })
-    .await;
+    wait_condition(c, &ns, &name, "Ready", "True").await;
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
     let selector = format!("videoflow.io/flow={name},videoflow.io/node=det");
-    let pod = poll("a running pod of node det", || async {
-        pods.list(&ListParams::default().labels(&selector))
+    let phase = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.clone());
+    let pod = wait_for("a running pod of node det", DEADLINE, || async {
+        let list = pods
+            .list(&ListParams::default().labels(&selector))
             .await
-            .ok()?
+            .map_err(|e| format!("listing pods: {e}"))?;
+        let seen: Vec<(Option<String>, Option<String>)> = list
             .items
+            .iter()
+            .map(|p| (p.metadata.name.clone(), phase(p)))
+            .collect();
+        list.items
             .into_iter()
-            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .find(|p| phase(p).as_deref() == Some("Running"))
+            .ok_or_else(|| format!("pods (name, phase): {seen:?}"))
     })
     .await;
     let pod_name = pod.metadata.name.unwrap_or_default();
@@ -401,10 +404,7 @@ async fn degraded(w: Arc<World>) {
     pods.patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap_or_else(|e| panic!("annotating pod {pod_name}: {e}"));
-    let flow = wait_flow(c, &ns, &name, "Degraded=True", |f| {
-        has_condition(f, "Degraded", "True")
-    })
-    .await;
+    let flow = wait_condition(c, &ns, &name, "Degraded", "True").await;
     let (_, reason, message) = condition(&flow, "Degraded").unwrap_or_default();
     assert_eq!(reason, "BrokerUnavailable", "{message}");
     assert!(message.contains("VF_BROKER_UNAVAILABLE"), "{message}");
@@ -414,11 +414,7 @@ async fn degraded(w: Arc<World>) {
     );
     assert!(message.contains(&pod_name), "{message}");
     assert_eq!(flow["status"]["phase"], "Degraded");
-    let det = flow["status"]["nodes"]
-        .as_array()
-        .and_then(|n| n.iter().find(|n| n["name"] == "det"))
-        .unwrap_or_else(|| panic!("status.nodes[det]: {}", flow["status"]));
-    let t = &det["lastTermination"];
+    let t = &node_status(&flow, "det")["lastTermination"];
     assert_eq!(t["exitCode"], 3, "{t}");
     assert_eq!(t["code"], "VF_BROKER_UNAVAILABLE", "{t}");
     assert_eq!(t["pod"], pod_name.as_str(), "{t}");
@@ -453,10 +449,7 @@ spec:
   - {name: sink, kind: consumer, parents: [double], component: {builtin: videoflow.consumers.basic.VoidConsumer}}
 "#;
     let name = apply_flow(c, &ns, yaml).await;
-    let flow = wait_flow(c, &ns, &name, "Complete=True", |f| {
-        has_condition(f, "Complete", "True")
-    })
-    .await;
+    let flow = wait_condition(c, &ns, &name, "Complete", "True").await;
     let status = &flow["status"];
     assert_eq!(status["phase"], "Succeeded", "{status}");
     assert!(has_condition(&flow, "Provisioned", "True"), "{status}");
@@ -470,9 +463,7 @@ spec:
     );
     assert!(status["completionTime"].is_string(), "{status}");
     let r = rendered(&w, &ns, yaml);
-    let jobs = dynamic_api(c, "batch/v1", "Job", Some(&ns))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let jobs = kind_api(c, "batch/v1", "Job", Some(&ns)).await;
     for n in &r.nodes {
         let job = jobs
             .get(n.workload.name())
@@ -498,10 +489,7 @@ async fn topology_change(w: Arc<World>) {
     let c = &w.client;
     let ns = namespace(c, "e2e-topology").await;
     let name = apply_flow(c, &ns, CHAIN).await;
-    let before = wait_flow(c, &ns, &name, "Ready=True", |f| {
-        has_condition(f, "Ready", "True")
-    })
-    .await;
+    let before = wait_condition(c, &ns, &name, "Ready", "True").await;
     let old_run = run_id(&before);
     let old_selector = format!("videoflow.io/flow={name},videoflow.io/run={old_run}");
     let old_objects = labelled(c, &ns, &old_selector, false).await;
@@ -523,12 +511,12 @@ async fn topology_change(w: Arc<World>) {
     .await;
     assert_eq!(after["status"]["nodes"].as_array().map(Vec::len), Some(4));
     wait_owned_objects(c, &ns, &name, &uid(&after), &r).await;
-    poll("the old run's objects (and pods) to be gone", || async {
-        labelled(c, &ns, &old_selector, true)
-            .await
-            .is_empty()
-            .then_some(())
-    })
+    wait_gone(
+        c,
+        &ns,
+        &old_selector,
+        "the old run's objects (and pods) to be gone",
+    )
     .await;
 }
 
@@ -539,10 +527,7 @@ async fn image_change(w: Arc<World>) {
     let c = &w.client;
     let ns = namespace(c, "e2e-image").await;
     let name = apply_flow(c, &ns, CHAIN).await;
-    let before = wait_flow(c, &ns, &name, "Ready=True", |f| {
-        has_condition(f, "Ready", "True")
-    })
-    .await;
+    let before = wait_condition(c, &ns, &name, "Ready", "True").await;
     let run = run_id(&before);
     let selector = format!("videoflow.io/flow={name}");
     let objects = labelled(c, &ns, &selector, false).await;
@@ -563,23 +548,37 @@ async fn image_change(w: Arc<World>) {
     })
     .await;
     assert_eq!(run_id(&after), run, "an image change is not a new run");
-    let deployments = dynamic_api(c, "apps/v1", "Deployment", Some(&ns))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    poll("every Deployment rolled out with the new image", || async {
-        let list = deployments
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .ok()?;
-        let all = list.items.len() == 3
-            && list.items.iter().all(|d| {
-                let d = serde_json::to_value(d).unwrap_or_default();
-                d["spec"]["template"]["spec"]["containers"][0]["image"] == image
-                    && d["status"]["updatedReplicas"] == d["spec"]["replicas"]
-                    && d["status"]["readyReplicas"] == d["spec"]["replicas"]
-            });
-        all.then_some(())
-    })
+    let deployments = kind_api(c, "apps/v1", "Deployment", Some(&ns)).await;
+    wait_for(
+        "every Deployment rolled out with the new image",
+        DEADLINE,
+        || async {
+            let seen = list_json(&deployments, &ListParams::default().labels(&selector)).await?;
+            let all = seen.len() == 3
+                && seen.iter().all(|d| {
+                    d["spec"]["template"]["spec"]["containers"][0]["image"] == image
+                        && d["status"]["updatedReplicas"] == d["spec"]["replicas"]
+                        && d["status"]["readyReplicas"] == d["spec"]["replicas"]
+                });
+            if all {
+                return Ok(());
+            }
+            let rollout: Vec<String> = seen
+                .iter()
+                .map(|d| {
+                    format!(
+                        "{}: image {}, replicas {} updated {} ready {}",
+                        d["metadata"]["name"],
+                        d["spec"]["template"]["spec"]["containers"][0]["image"],
+                        d["spec"]["replicas"],
+                        d["status"]["updatedReplicas"],
+                        d["status"]["readyReplicas"]
+                    )
+                })
+                .collect();
+            Err(format!("{} Deployments: {rollout:?}", seen.len()))
+        },
+    )
     .await;
     let now = labelled(c, &ns, &selector, false).await;
     assert_eq!(now, objects, "the same objects, updated in place");
@@ -596,10 +595,7 @@ async fn stalled(w: Arc<World>) {
     );
     assert_ne!(yaml, CHAIN);
     let name = apply_flow(c, &ns, &yaml).await;
-    let flow = wait_flow(c, &ns, &name, "Stalled=True", |f| {
-        has_condition(f, "Stalled", "True")
-    })
-    .await;
+    let flow = wait_condition(c, &ns, &name, "Stalled", "True").await;
     let (_, reason, message) = condition(&flow, "Stalled").unwrap_or_default();
     assert_eq!(reason, "Unschedulable", "{message}");
     assert!(message.contains("node 'det'"), "{message}");
@@ -618,10 +614,7 @@ async fn delete_flow_scenario(w: Arc<World>) {
     let ns = namespace(c, "e2e-delete").await;
     let yaml = wide(&w);
     let name = apply_flow(c, &ns, &yaml).await;
-    let flow = wait_flow(c, &ns, &name, "Ready=True", |f| {
-        has_condition(f, "Ready", "True")
-    })
-    .await;
+    let flow = wait_condition(c, &ns, &name, "Ready", "True").await;
     wait_owned_objects(c, &ns, &name, &uid(&flow), &rendered(&w, &ns, &yaml)).await;
     let selector = format!("videoflow.io/flow={name}");
     let before = labelled(c, &ns, &selector, true).await;
@@ -639,40 +632,33 @@ async fn delete_flow_scenario(w: Arc<World>) {
         );
     }
     delete_flow(c, &ns, &name).await;
-    poll(
+    wait_for(
         &format!("Flow {ns}/{name} to be gone (finalizer released)"),
-        || async { get_flow(c, &ns, &name).await.is_none().then_some(()) },
+        DEADLINE,
+        || async {
+            match get_flow(c, &ns, &name).await {
+                None => Ok(()),
+                Some(f) => Err(format!(
+                    "still there: deletionTimestamp {}, finalizers {}, status {}",
+                    f["metadata"]["deletionTimestamp"], f["metadata"]["finalizers"], f["status"]
+                )),
+            }
+        },
     )
     .await;
     // The release event is published only once the teardown Job completed.
-    let events = dynamic_api(c, "events.k8s.io/v1", "Event", Some(&ns))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let torn_down = poll("the TornDown event", || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .map(|e| serde_json::to_value(e).unwrap_or_default())
-            .find(|e| e["reason"] == "TornDown" && e["regarding"]["name"] == name.as_str())
-    })
-    .await;
+    let torn_down = wait_torn_down(c, &ns, &name).await;
     assert!(
         torn_down["note"]
             .as_str()
             .is_some_and(|n| n.contains("were deleted")),
         "{torn_down}"
     );
-    poll(
+    wait_gone(
+        c,
+        &ns,
+        &selector,
         "every object of the Flow (and its pods) to be garbage-collected",
-        || async {
-            labelled(c, &ns, &selector, true)
-                .await
-                .is_empty()
-                .then_some(())
-        },
     )
     .await;
 }
@@ -694,12 +680,12 @@ async fn scaled_objects(w: Arc<World>) {
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    let api = dynamic_api(c, "keda.sh/v1alpha1", "ScaledObject", Some(&ns))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let stored = poll(&format!("ScaledObject {ns}/{so_name}"), || async {
-        api.get_opt(&so_name).await.ok().flatten()
-    })
+    let api = kind_api(c, "keda.sh/v1alpha1", "ScaledObject", Some(&ns)).await;
+    let stored = wait_for(
+        &format!("ScaledObject {ns}/{so_name}"),
+        DEADLINE,
+        || async { found(api.get_opt(&so_name).await) },
+    )
     .await;
     let stored = serde_json::to_value(stored).unwrap_or_default();
     assert_eq!(
@@ -707,14 +693,8 @@ async fn scaled_objects(w: Arc<World>) {
         "the API server stored the rendered spec unchanged (a field the CRD does not know \
          would have been pruned)"
     );
-    let flow = wait_flow(c, &ns, &name, "Ready=True", |f| {
-        has_condition(f, "Ready", "True")
-    })
-    .await;
-    let det = flow["status"]["nodes"]
-        .as_array()
-        .and_then(|n| n.iter().find(|n| n["name"] == "det"))
-        .unwrap_or_else(|| panic!("status.nodes[det]: {}", flow["status"]));
+    let flow = wait_condition(c, &ns, &name, "Ready", "True").await;
+    let det = node_status(&flow, "det");
     assert_eq!(det["scaler"]["rendered"], true, "{det}");
     // And the schema is enforced, not merely present: a ScaledObject without triggers (KEDA
     // requires them) is refused.
@@ -775,11 +755,7 @@ async fn readme_kubernetes(w: Arc<World>) {
         .find_map(|c| readme::applied_file(c))
         .unwrap_or_else(|| panic!("no `kubectl apply -f` in README.md's Kubernetes section"));
     let (flow, flow_type) = readme::flow_name_and_type(&sample);
-    let (what, done) = if flow_type == "batch" {
-        ("Complete=True", "Complete")
-    } else {
-        ("Ready=True", "Ready")
-    };
+    let end = end_condition(&flow_type);
     let (mut ran, mut images) = (Vec::new(), Vec::new());
     for command in &commands {
         if let Some(image) = readme::built_image(command) {
@@ -793,7 +769,7 @@ async fn readme_kubernetes(w: Arc<World>) {
         let selector = format!("videoflow.io/flow={flow}");
         if deletes_flow {
             // The README watched the Flow to its end before deleting it.
-            wait_flow(c, &ns, &flow, what, |f| has_condition(f, done, "True")).await;
+            wait_condition(c, &ns, &flow, end, "True").await;
             assert!(
                 !labelled(c, &ns, &selector, false).await.is_empty(),
                 "the Flow's objects before the delete"
@@ -834,9 +810,7 @@ async fn readme_kubernetes(w: Arc<World>) {
         if let Some(deployment) = words.iter().find_map(|w| w.strip_prefix("deploy/")) {
             // The images the README builds are the ones the chart deploys: the operator's,
             // and the workers' default (VF_OPERATOR_WORKER_IMAGE).
-            let deployments = dynamic_api(c, "apps/v1", "Deployment", Some(OPERATOR_NS))
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            let deployments = kind_api(c, "apps/v1", "Deployment", Some(OPERATOR_NS)).await;
             let d = deployments
                 .get(deployment)
                 .await
@@ -863,28 +837,12 @@ async fn readme_kubernetes(w: Arc<World>) {
                 get_flow(c, &ns, &flow).await.is_none(),
                 "Flow {flow} is gone"
             );
-            let events = dynamic_api(c, "events.k8s.io/v1", "Event", Some(&ns))
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
-            poll("the TornDown event", || async {
-                events
-                    .list(&ListParams::default())
-                    .await
-                    .ok()?
-                    .items
-                    .into_iter()
-                    .map(|e| serde_json::to_value(e).unwrap_or_default())
-                    .find(|e| e["reason"] == "TornDown" && e["regarding"]["name"] == flow.as_str())
-            })
-            .await;
-            poll(
+            wait_torn_down(c, &ns, &flow).await;
+            wait_gone(
+                c,
+                &ns,
+                &selector,
                 "every object of the Flow (and its pods) to be collected",
-                || async {
-                    labelled(c, &ns, &selector, true)
-                        .await
-                        .is_empty()
-                        .then_some(())
-                },
             )
             .await;
         }

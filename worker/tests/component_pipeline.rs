@@ -17,11 +17,10 @@
 mod flows_common;
 mod support;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use flows_common::int_value;
-use support::FlowHarness;
+use flows_common::{assert_none_lost, batch_flow, int_value, numbers_to_sink};
+use support::{FlowHarness, sdk_dir, sdk_python};
 
 const N: i64 = 200;
 const OPERAND: i64 = 1000;
@@ -102,63 +101,27 @@ while True:
             flush()
 "#;
 
-fn sdk_dir() -> PathBuf {
-    videoflow_testkit::manifest_dir(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .join("sdk/python")
-}
-
-/// The SDK venv's interpreter; a missing one fails with the remedy, never skips.
-fn sdk_python() -> PathBuf {
-    let path = std::env::var_os("VF_SDK_PYTHON")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .map(|h| PathBuf::from(h).join(".cache/videoflow/sdkvenv/bin/python"))
-        })
-        .expect("VF_SDK_PYTHON or HOME");
-    assert!(
-        path.exists(),
-        "{} not found: run scripts/install-deps (it creates the SDK venv)",
-        path.display()
-    );
-    path
-}
-
 fn flow_yaml(python: &str, crash_after: i64) -> String {
-    format!(
-        r#"
-apiVersion: videoflow.io/v1alpha1
-kind: Flow
-metadata: {{name: comp-pipe}}
-spec:
-  type: batch
-  nodes:
-  - name: numbers
-    kind: producer
-    component: {{builtin: videoflow.producers.basic.IntProducer}}
-    params: {{start_value: 0, end_value: {last}}}
-  - name: hold
-    kind: processor
-    parents: [numbers]
-    component: {{exec: {{command: ["{python}", "{{{{DIR}}}}/hold.py"]}}}}
+    let hold = format!(
+        r#"    component: {{exec: {{command: ["{python}", "{{{{DIR}}}}/hold.py"]}}}}
     params: {{operand: {OPERAND}, dir: "{{{{DIR}}}}", crash_after: {crash_after}}}
-  - name: sink
-    kind: consumer
-    parents: [hold]
-    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
-    params: {{path: "{{{{DIR}}}}/out.jsonl"}}
-"#,
-        last = N - 1
-    )
+"#
+    );
+    batch_flow("comp-pipe", "", &numbers_to_sink(N, "hold", &hold, ""))
 }
 
-fn harness(crash_after: i64) -> (FlowHarness, String) {
+/// The flow with `hold` written out, provisioned and every node started (`hold` with the SDK
+/// on its `PYTHONPATH`, which is returned for a restart).
+fn started(crash_after: i64) -> (FlowHarness, String) {
     let python = sdk_python();
-    let h = FlowHarness::new(&flow_yaml(&python.display().to_string(), crash_after));
+    let mut h = FlowHarness::new(&flow_yaml(&python.display().to_string(), crash_after));
     std::fs::write(h.dir.join("hold.py"), HOLD).expect("write the component");
-    (h, sdk_dir().display().to_string())
+    let pythonpath = sdk_dir().display().to_string();
+    h.provision();
+    h.spawn("numbers", 0, &[]);
+    h.spawn("hold", 0, &[("PYTHONPATH", &pythonpath)]);
+    h.spawn("sink", 0, &[]);
+    (h, pythonpath)
 }
 
 fn read_count(h: &FlowHarness, name: &str) -> Option<i64> {
@@ -169,13 +132,8 @@ fn read_count(h: &FlowHarness, name: &str) -> Option<i64> {
 
 #[test]
 fn several_requests_are_in_flight_and_outputs_keep_input_order() {
-    let (mut h, pythonpath) = harness(0);
-    h.provision();
-    h.spawn("numbers", 0, &[]);
-    h.spawn("hold", 0, &[("PYTHONPATH", &pythonpath)]);
-    h.spawn("sink", 0, &[]);
-    let exits = h.wait_all(Duration::from_secs(120));
-    h.assert_all_ok(&exits);
+    let (mut h, _) = started(0);
+    h.wait_all_ok(Duration::from_secs(120));
     let values: Vec<i64> = h.jsonl("out.jsonl").iter().map(int_value).collect();
     let want: Vec<i64> = (0..N).map(|x| x + OPERAND).collect();
     assert_eq!(
@@ -195,24 +153,9 @@ fn several_requests_are_in_flight_and_outputs_keep_input_order() {
 
 #[test]
 fn a_crash_with_several_in_flight_hands_every_input_back() {
-    let (mut h, pythonpath) = harness(30);
-    h.provision();
-    h.spawn("numbers", 0, &[]);
-    h.spawn("hold", 0, &[("PYTHONPATH", &pythonpath)]);
-    h.spawn("sink", 0, &[]);
+    let (mut h, pythonpath) = started(30);
     // The first worker fails when its component dies with several requests outstanding.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let record = loop {
-        if let Some(r) = h.termination("hold", 0) {
-            break r;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no termination record; logs:\n{}",
-            h.all_logs()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let record = h.wait_for_termination("hold", 0, Duration::from_secs(60));
     assert_eq!(record["code"], "VF_WORKER_FATAL", "{record}");
     assert!(
         record["message"]
@@ -228,23 +171,16 @@ fn a_crash_with_several_in_flight_hands_every_input_back() {
     std::thread::sleep(Duration::from_millis(300));
     h.spawn("hold", 0, &[("PYTHONPATH", &pythonpath)]);
     let exits = h.wait_all(Duration::from_secs(120));
-    let failed: Vec<_> = exits.iter().filter(|e| e.code != Some(0)).collect();
-    assert_eq!(failed.len(), 1, "{exits:?}; logs:\n{}", h.all_logs());
+    let failed = h.the_one_abnormal_exit(&exits);
     assert_eq!(
-        (failed[0].node.as_str(), failed[0].code),
+        (failed.node.as_str(), failed.code),
         ("hold", Some(4)),
         "{exits:?}"
     );
-    let values: std::collections::BTreeSet<i64> =
-        h.jsonl("out.jsonl").iter().map(int_value).collect();
-    let missing: Vec<i64> = (0..N)
-        .map(|x| x + OPERAND)
-        .filter(|v| !values.contains(v))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "lost inputs {missing:?} ({crashed_with} were in flight at the crash); logs:\n{}",
-        h.all_logs()
+    assert_none_lost(
+        &h,
+        (0..N).map(|x| x + OPERAND),
+        &format!("({crashed_with} were in flight at the crash)"),
     );
     eprintln!("crash with {crashed_with} requests in flight: no input lost");
 }

@@ -18,64 +18,21 @@
 mod flows_common;
 mod support;
 
-use std::collections::BTreeSet;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use flows_common::int_value;
+use flows_common::{assert_none_lost, batch_flow, numbers_to_sink};
 use support::FlowHarness;
-use videoflow_worker::broker::{self, DurableRequest};
-use videoflow_worker::config::WorkerConfig;
 
 const N: i64 = 100;
 
-fn flow_yaml() -> String {
-    format!(
-        r#"
-apiVersion: videoflow.io/v1alpha1
-kind: Flow
-metadata: {{name: faults}}
-spec:
-  type: batch
-  nodes:
-  - name: numbers
-    kind: producer
-    component: {{builtin: videoflow.producers.basic.IntProducer}}
-    params: {{start_value: 0, end_value: {last}}}
-  - name: work
-    kind: processor
-    parents: [numbers]
-    component: {{builtin: videoflow.rs.processors.ServiceTimeProcessor}}
-    params: {{ms: 2, mode: sleep}}
-  - name: sink
-    kind: consumer
-    parents: [work]
-    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
-    params: {{path: "{{{{DIR}}}}/out.jsonl"}}
-"#,
-        last = N - 1
-    )
-}
+/// `work`: 2 ms of service time per message.
+const WORK: &str = "    component: {builtin: videoflow.rs.processors.ServiceTimeProcessor}
+    params: {ms: 2, mode: sleep}
+";
 
-/// Creates `node`'s data durables with a 5 s `ack_wait`, before provisioning binds them.
-fn precreate_short_ack_wait(h: &FlowHarness, node: &str) {
-    let mut vars = h.vars(node, 0);
-    vars.insert("VF_ACK_WAIT_SECONDS".into(), "5".into());
-    let cfg = WorkerConfig::from_env(&vars).unwrap_or_else(|e| panic!("{}", e.render()));
-    let url = h.nats.url();
-    h.block_on(async {
-        let b = broker::connect(&url)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        for parent in &cfg.parent_names {
-            broker::ensure_node_stream(&b, &cfg.flow_id, &cfg.run_id, parent, false, None)
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
-            broker::bind_data_durable(&b, &DurableRequest::data_for(&cfg, parent, false))
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
-        }
-    });
+fn flow_yaml() -> String {
+    batch_flow("faults", "", &numbers_to_sink(N, "work", WORK, ""))
 }
 
 /// Lines of `<dir>/<barrier>.fired` (0 when absent).
@@ -83,22 +40,12 @@ fn fired(dir: &Path, barrier: &str) -> usize {
     std::fs::read_to_string(dir.join(format!("{barrier}.fired"))).map_or(0, |t| t.lines().count())
 }
 
-fn assert_every_value(h: &FlowHarness) {
-    let values: BTreeSet<i64> = h.jsonl("out.jsonl").iter().map(int_value).collect();
-    let missing: Vec<i64> = (0..N).filter(|v| !values.contains(v)).collect();
-    assert!(
-        missing.is_empty(),
-        "lost inputs {missing:?}; logs:\n{}",
-        h.all_logs()
-    );
-}
-
 /// ENV-16/17 + LOOP-5 + MSGID-2: a scheduled crash after N settlements kills the processor
 /// with the scheduled exit code and no termination record; respawned, it loses nothing.
 #[test]
 fn env16_crash_at_settle_before_after_n_messages_then_respawn_loses_nothing() {
     let mut h = FlowHarness::new(&flow_yaml());
-    precreate_short_ack_wait(&h, "work");
+    h.precreate_data_durables("work", Duration::from_secs(5));
     h.provision();
     let markers = h.dir.join("markers");
     let schedule = r#"{"settle.before": {"kind": "nth", "n": 20, "action": {"kind": "crash", "exit_code": 137}}}"#;
@@ -113,30 +60,25 @@ fn env16_crash_at_settle_before_after_n_messages_then_respawn_loses_nothing() {
         ],
     );
     h.spawn("numbers", 0, &[]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while fired(&markers, "settle.before") == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the crash never fired; logs:\n{}",
-            h.all_logs()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    h.wait_until(
+        "the scheduled crash to fire",
+        Duration::from_secs(30),
+        || match fired(&markers, "settle.before") {
+            0 => Err("no settle.before marker".to_owned()),
+            n => Ok(n),
+        },
+    );
     // The marker is written just before the exit; give the process a moment to be gone.
     std::thread::sleep(Duration::from_millis(300));
     let before_respawn = h.jsonl("out.jsonl").len();
     h.spawn("work", 0, &[]);
     let exits = h.wait_all(Duration::from_secs(90));
 
-    let crashed: Vec<_> = exits.iter().filter(|e| e.code != Some(0)).collect();
-    assert_eq!(crashed.len(), 1, "{exits:?}; logs:\n{}", h.all_logs());
+    let crashed = h.the_one_abnormal_exit(&exits);
     assert_eq!(
-        (
-            crashed[0].node.as_str(),
-            crashed[0].replica,
-            crashed[0].code
-        ),
-        ("work", 0, Some(137))
+        (crashed.node.as_str(), crashed.replica, crashed.code),
+        ("work", 0, Some(137)),
+        "{exits:?}"
     );
     assert_eq!(exits.len(), 4, "numbers, work, sink, respawned work");
     assert_eq!(fired(&markers, "settle.before"), 1, "nth fires once");
@@ -148,7 +90,7 @@ fn env16_crash_at_settle_before_after_n_messages_then_respawn_loses_nothing() {
         before_respawn < N as usize,
         "the crash must happen mid-flow ({before_respawn} records before the respawn)"
     );
-    assert_every_value(&h);
+    assert_none_lost(&h, 0..N, "after the scheduled crash and the respawn");
 }
 
 /// ENV-16 + DELIV-6/7: a transient `raise` at `sink.effect.before` takes the failure ladder
@@ -170,15 +112,14 @@ fn env16_raise_at_sink_effect_goes_through_the_ladder() {
     );
     h.spawn("work", 0, &[]);
     h.spawn("numbers", 0, &[]);
-    let exits = h.wait_all(Duration::from_secs(60));
-    h.assert_all_ok(&exits);
+    h.wait_all_ok(Duration::from_secs(60));
     assert_eq!(fired(&markers, "sink.effect.before"), 1);
     assert!(
         h.log("sink", 0).contains("injected"),
         "the raised error is logged by the ladder; log:\n{}",
         h.log("sink", 0)
     );
-    assert_every_value(&h);
+    assert_none_lost(&h, 0..N, "after the raised error");
 }
 
 /// ENV-16: a malformed schedule stops the worker at START-1 step 1 with a ConfigError

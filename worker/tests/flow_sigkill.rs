@@ -20,87 +20,27 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use flows_common::{by_trace, duplicate_arrivals, int_value};
+use flows_common::{
+    assert_none_lost, batch_flow, by_trace, duplicate_arrivals, int_value, numbers_to_sink,
+};
 use support::FlowHarness;
-use videoflow_worker::broker::{self, DurableRequest};
-use videoflow_worker::config::WorkerConfig;
 
 const N: i64 = 300;
-/// `ack_wait` of the killed node's durable (seconds).
-const ACK_WAIT_SECONDS: &str = "5";
+/// `ack_wait` of the killed node's durable.
+const ACK_WAIT: Duration = Duration::from_secs(5);
 /// Duplicate arrivals tolerated at the sink (by trace id). Content-derived ids plus the
 /// 120 s duplicate window make it 0 in practice; the bound only keeps a pathological
 /// scheduler from failing a test whose real claim is "nothing lost".
 const MAX_DUPLICATES: usize = 3;
 
+/// `work`: 2 competing replicas, 20 ms of service time per message.
+const WORK: &str = "    replicas: 2
+    component: {builtin: videoflow.rs.processors.ServiceTimeProcessor}
+    params: {ms: 20, mode: sleep}
+";
+
 fn flow_yaml() -> String {
-    format!(
-        r#"
-apiVersion: videoflow.io/v1alpha1
-kind: Flow
-metadata: {{name: sigkill}}
-spec:
-  type: batch
-  nodes:
-  - name: numbers
-    kind: producer
-    component: {{builtin: videoflow.producers.basic.IntProducer}}
-    params: {{start_value: 0, end_value: {last}}}
-  - name: work
-    kind: processor
-    parents: [numbers]
-    replicas: 2
-    component: {{builtin: videoflow.rs.processors.ServiceTimeProcessor}}
-    params: {{ms: 20, mode: sleep}}
-  - name: sink
-    kind: consumer
-    parents: [work]
-    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
-    params: {{path: "{{{{DIR}}}}/out.jsonl"}}
-"#,
-        last = N - 1
-    )
-}
-
-/// Creates `node`'s data durables on its parents with `ack_wait` = `ACK_WAIT_SECONDS`,
-/// exactly as the worker derives them otherwise (STREAM-4), before provisioning binds them.
-fn precreate_short_ack_wait(h: &FlowHarness, node: &str) {
-    let mut vars = h.vars(node, 0);
-    vars.insert("VF_ACK_WAIT_SECONDS".into(), ACK_WAIT_SECONDS.into());
-    let cfg = WorkerConfig::from_env(&vars).unwrap_or_else(|e| panic!("{}", e.render()));
-    let url = h.nats.url();
-    h.block_on(async {
-        let b = broker::connect(&url)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        for parent in &cfg.parent_names {
-            broker::ensure_node_stream(&b, &cfg.flow_id, &cfg.run_id, parent, false, None)
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
-            let bound =
-                broker::bind_data_durable(&b, &DurableRequest::data_for(&cfg, parent, false))
-                    .await
-                    .unwrap_or_else(|e| panic!("{e}"));
-            assert_eq!(bound.ack_wait(), Duration::from_secs(5));
-        }
-    });
-}
-
-/// Polls the sink until it holds at least `n` records.
-fn wait_for_records(h: &FlowHarness, n: usize, timeout: Duration) -> usize {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let got = h.jsonl("out.jsonl").len();
-        if got >= n {
-            return got;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "only {got} records after {timeout:?}; logs:\n{}",
-            h.all_logs()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    batch_flow("sigkill", "", &numbers_to_sink(N, "work", WORK, ""))
 }
 
 /// DELIV-1/2 + LOOP-5 + MSGID-2: SIGKILL one of two competing replicas after outputs exist,
@@ -109,10 +49,10 @@ fn wait_for_records(h: &FlowHarness, n: usize, timeout: Duration) -> usize {
 #[test]
 fn sigkill_of_a_competing_replica_loses_nothing() {
     let mut h = FlowHarness::new(&flow_yaml());
-    precreate_short_ack_wait(&h, "work");
+    h.precreate_data_durables("work", ACK_WAIT);
     let t0 = Instant::now();
     h.start();
-    let before_kill = wait_for_records(&h, 60, Duration::from_secs(30));
+    let before_kill = h.wait_for_records("out.jsonl", 60, Duration::from_secs(30));
     h.kill("work", 1);
     let killed_at = t0.elapsed();
     std::thread::sleep(Duration::from_millis(200));
@@ -121,19 +61,15 @@ fn sigkill_of_a_competing_replica_loses_nothing() {
     let elapsed = t0.elapsed();
 
     // Exactly one process ended abnormally: the SIGKILLed first `work` replica 1.
-    let killed: Vec<_> = exits.iter().filter(|e| e.code != Some(0)).collect();
-    assert_eq!(killed.len(), 1, "{exits:?}; logs:\n{}", h.all_logs());
-    assert_eq!((killed[0].node.as_str(), killed[0].replica), ("work", 1));
+    let killed = h.the_one_abnormal_exit(&exits);
+    assert_eq!(
+        (killed.node.as_str(), killed.replica),
+        ("work", 1),
+        "{exits:?}"
+    );
     assert_eq!(exits.len(), 5, "numbers, work×2, sink, respawned work.1");
 
-    let out = h.jsonl("out.jsonl");
-    let values: BTreeSet<i64> = out.iter().map(int_value).collect();
-    let missing: Vec<i64> = (0..N).filter(|v| !values.contains(v)).collect();
-    assert!(
-        missing.is_empty(),
-        "lost inputs {missing:?}; logs:\n{}",
-        h.all_logs()
-    );
+    let out = assert_none_lost(&h, 0..N, "after the SIGKILL of work.1");
     // Same trace id ⇒ same value (an output is a function of its input).
     let traces = by_trace(&out);
     assert_eq!(traces.len() as i64, N, "one trace id per input");

@@ -7,11 +7,13 @@
 //! - ASSET-2 / GPU-3: a missing asset or an unverifiable hard GPU grant ⇒ exit 3 with the
 //!   termination JSON (code, message naming host and path, remedy) before any connection.
 
+mod flows_common;
 mod support;
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
+use flows_common::{IDENTITY, batch_flow, numbers, processor, void_sink};
 use support::FlowHarness;
 use videoflow_worker::health::metrics::{
     LATENCY_BUCKETS_SECONDS, parse_histogram, quantile_bounds,
@@ -51,28 +53,17 @@ fn total(text: &str, name: &str) -> u64 {
 
 #[test]
 fn sup_2_watchdog_ends_a_process_that_never_returns_with_exit_5() {
-    let mut h = FlowHarness::new(
-        r#"
-apiVersion: videoflow.io/v1alpha1
-kind: Flow
-metadata: {name: hang}
-spec:
-  type: batch
-  nodes:
-  - name: numbers
-    kind: producer
-    component: {builtin: videoflow.producers.basic.IntProducer}
-    params: {start_value: 0, end_value: 4}
-  - name: stuck
-    kind: processor
-    parents: [numbers]
-    component: {builtin: videoflow.rs.processors.Hang}
-  - name: sink
-    kind: consumer
-    parents: [stuck]
-    component: {builtin: videoflow.consumers.basic.VoidConsumer}
-"#,
-    );
+    let hang = "    component: {builtin: videoflow.rs.processors.Hang}\n";
+    let mut h = FlowHarness::new(&batch_flow(
+        "hang",
+        "",
+        &[
+            numbers(5),
+            processor("stuck", "numbers", hang),
+            void_sink("stuck"),
+        ]
+        .concat(),
+    ));
     h.provision();
     h.spawn("numbers", 0, &[]);
     let started = Instant::now();
@@ -122,15 +113,8 @@ fn health_1_3_readyz_after_open_and_metrics_conserve_offered_work() {
         .expect("clock")
         .as_secs_f64()
         + 4.0;
-    let mut h = FlowHarness::new(&format!(
-        r#"
-apiVersion: videoflow.io/v1alpha1
-kind: Flow
-metadata: {{name: metered}}
-spec:
-  type: batch
-  nodes:
-  - name: ticks
+    let nodes = format!(
+        r#"  - name: ticks
     kind: producer
     component: {{builtin: videoflow.rs.producers.TickProducer}}
     params: {{count: 40, period_ms: 100, start_ts: {start_ts}, pace: true}}
@@ -144,12 +128,10 @@ spec:
     parents: [slow]
     component: {{builtin: videoflow.rs.processors.FailOn}}
     params: {{values: [5, 9, 13], code: poison}}
-  - name: sink
-    kind: consumer
-    parents: [check]
-    component: {{builtin: videoflow.consumers.basic.VoidConsumer}}
-"#
-    ));
+{sink}"#,
+        sink = void_sink("check"),
+    );
+    let mut h = FlowHarness::new(&batch_flow("metered", "", &nodes));
     h.provision();
     let (slow_port, check_port) = (free_port(), free_port());
     let (sp, cp) = (slow_port.to_string(), check_port.to_string());
@@ -208,8 +190,7 @@ spec:
         assert!(outstanding <= 1, "one group in flight at most:\n{body}");
     }
     assert!(total(&scrapes[1], "messages_offered") >= total(&scrapes[0], "messages_offered"));
-    let exits = h.wait_all(Duration::from_secs(60));
-    h.assert_all_ok(&exits);
+    h.wait_all_ok(Duration::from_secs(60));
     let last = &scrapes[1];
     assert!(
         last.contains(
@@ -229,24 +210,11 @@ spec:
 
 #[test]
 fn asset_2_gpu_3_refusals_exit_3_with_the_termination_record() {
-    let mut h = FlowHarness::new(
-        r#"
-apiVersion: videoflow.io/v1alpha1
-kind: Flow
-metadata: {name: guarded}
-spec:
-  type: batch
-  nodes:
-  - name: numbers
-    kind: producer
-    component: {builtin: videoflow.producers.basic.IntProducer}
-    params: {start_value: 0, end_value: 1}
-  - name: model
-    kind: processor
-    parents: [numbers]
-    component: {builtin: videoflow.processors.basic.IdentityProcessor}
-"#,
-    );
+    let mut h = FlowHarness::new(&batch_flow(
+        "guarded",
+        "",
+        &[numbers(2), processor("model", "numbers", IDENTITY)].concat(),
+    ));
     let missing = h.dir.join("weights/model.onnx");
     let assets = format!(
         r#"[{{"path": "{}", "sha256": "sha256:{}", "portable": false}}]"#,

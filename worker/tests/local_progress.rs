@@ -1,34 +1,23 @@
 //! The local runner's progress line: per node, published or settled counts read
 //! from the broker, with a rate from the second line on; unreadable counts show `?`, never 0.
 
+mod flows_common;
 mod support;
 
 use std::time::Duration;
 
+use flows_common::{batch_flow, numbers, void_sink};
 use support::FlowHarness;
 use videoflow_worker::broker;
 use videoflow_worker::local::progress::Progress;
 
 #[test]
 fn progress_line_counts_each_node_from_the_broker() {
-    let mut h = FlowHarness::new(
-        r#"
-apiVersion: videoflow.io/v1alpha1
-kind: Flow
-metadata: {name: progress}
-spec:
-  type: batch
-  nodes:
-  - name: numbers
-    kind: producer
-    component: {builtin: videoflow.producers.basic.IntProducer}
-    params: {start_value: 0, end_value: 49}
-  - name: sink
-    kind: consumer
-    parents: [numbers]
-    component: {builtin: videoflow.consumers.basic.VoidConsumer}
-"#,
-    );
+    let mut h = FlowHarness::new(&batch_flow(
+        "progress",
+        "",
+        &[numbers(50), void_sink("numbers")].concat(),
+    ));
     let url = h.nats.url();
     let flow = h.flow.clone();
     let mut progress = Progress::default();
@@ -39,8 +28,7 @@ spec:
     });
     assert_eq!(before, "numbers ? published | sink ? done");
     h.start();
-    let exits = h.wait_all(Duration::from_secs(60));
-    h.assert_all_ok(&exits);
+    h.wait_all_ok(Duration::from_secs(60));
     let (first, second) = h.block_on(async {
         let b = broker::connect(&url).await.expect("connect");
         let first = progress.line(&b, &flow).await;

@@ -3,8 +3,9 @@
 //! ScaledObject CRD, and `videoflow-operator run` as a process under the chart's
 //! ServiceAccount (a TokenRequest token in a kubeconfig of its own).
 //!
-//! Helpers poll with generous deadlines; a timeout panics with what was last seen and the
-//! operator's log tail, never a fixed sleep standing in for an assertion.
+//! Every wait is one [`wait_for`] with a generous deadline; a timeout panics with what was
+//! awaited, what was last seen and the operator's log tail, never a fixed sleep standing in
+//! for an assertion.
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -379,23 +380,27 @@ pub async fn apply_value(client: &Client, doc: &Value) -> Result<DynamicObject, 
 
 async fn wait_crd_established(client: &Client, name: &str) -> Result<(), String> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let established = crds.get_opt(name).await.ok().flatten().is_some_and(|crd| {
-            crd.status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
+    try_wait_for(
+        &format!("CRD {name} to be Established"),
+        DEADLINE,
+        || async {
+            let crd = found(crds.get_opt(name).await)?;
+            let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+            if conditions
                 .iter()
                 .any(|c| c.type_ == "Established" && c.status == "True")
-        });
-        if established {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(format!("CRD {name} not Established within {DEADLINE:?}"));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+            {
+                Ok(())
+            } else {
+                let seen: Vec<String> = conditions
+                    .iter()
+                    .map(|c| format!("{}={}", c.type_, c.status))
+                    .collect();
+                Err(format!("conditions {seen:?}"))
+            }
+        },
+    )
+    .await
 }
 
 fn spawn_operator(kubeconfig: &Path, nats_url: &str, log: &Path) -> Result<Child, String> {
@@ -456,9 +461,11 @@ pub async fn namespace(client: &Client, base: &str) -> String {
         .unwrap_or_else(|e| panic!("{e}"));
     // The service-account admission plugin refuses pods until `default` exists.
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
-    poll(&format!("ServiceAccount {name}/default"), || async {
-        sas.get_opt("default").await.ok().flatten()
-    })
+    wait_for(
+        &format!("ServiceAccount {name}/default"),
+        DEADLINE,
+        || async { found(sas.get_opt("default").await) },
+    )
     .await;
     name.to_owned()
 }
@@ -522,26 +529,53 @@ pub fn has_condition(flow: &Value, type_: &str, want: &str) -> bool {
     condition(flow, type_).is_some_and(|(s, _, _)| s == want)
 }
 
-/// Polls `probe` until it yields `Some`, at most [`DEADLINE`]; panics naming `what`.
-pub async fn poll<T, F, Fut>(what: &str, mut probe: F) -> T
+/// Polls `probe` every 250 ms until it returns `Ok`, for at most `deadline`; then fails
+/// naming `what` and the last state the probe saw (its `Err`).
+pub async fn try_wait_for<T, F, Fut>(
+    what: &str,
+    deadline: Duration,
+    mut probe: F,
+) -> Result<T, String>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
+    Fut: std::future::Future<Output = Result<T, String>>,
 {
-    let deadline = Instant::now() + DEADLINE;
+    let until = Instant::now() + deadline;
     loop {
-        if let Some(v) = probe().await {
-            return v;
+        match probe().await {
+            Ok(v) => return Ok(v),
+            Err(seen) if Instant::now() >= until => {
+                return Err(format!(
+                    "timed out after {deadline:?} waiting for {what}; last seen: {seen}"
+                ));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {DEADLINE:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
-/// Waits until the Flow satisfies `pred`; on timeout panics with its last status.
+/// [`try_wait_for`] for a scenario: a timeout panics with what was awaited and last seen.
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    try_wait_for(what, deadline, probe)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A `get_opt` answer as a [`wait_for`] probe's: the object, or what was seen instead.
+pub fn found<K>(got: kube::Result<Option<K>>) -> Result<K, String> {
+    match got {
+        Ok(Some(object)) => Ok(object),
+        Ok(None) => Err("not found".to_owned()),
+        Err(e) => Err(format!("reading it failed: {e}")),
+    }
+}
+
+/// Waits until the Flow satisfies `pred` (described by `what`); on timeout panics with its
+/// last status.
 pub async fn wait_flow(
     client: &Client,
     ns: &str,
@@ -549,23 +583,113 @@ pub async fn wait_flow(
     what: &str,
     pred: impl Fn(&Value) -> bool,
 ) -> Value {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let flow = get_flow(client, ns, name).await;
-        if let Some(f) = &flow
-            && pred(f)
-        {
-            return f.clone();
+    wait_for(&format!("Flow {ns}/{name}: {what}"), DEADLINE, || async {
+        match get_flow(client, ns, name).await {
+            Some(f) if pred(&f) => Ok(f),
+            Some(f) => Err(format!(
+                "status:\n{}",
+                serde_json::to_string_pretty(&f["status"]).unwrap_or_default()
+            )),
+            None => Err("no such Flow".to_owned()),
         }
-        if Instant::now() >= deadline {
-            let status = flow.map(|f| f["status"].clone()).unwrap_or(Value::Null);
-            panic!(
-                "Flow {ns}/{name}: timed out after {DEADLINE:?} waiting for {what}; last status:\n{}",
-                serde_json::to_string_pretty(&status).unwrap_or_default()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+    })
+    .await
+}
+
+/// Waits until the Flow's condition `type_` has status `want` (e.g. `Ready`, `True`).
+pub async fn wait_condition(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    type_: &str,
+    want: &str,
+) -> Value {
+    wait_flow(client, ns, name, &format!("{type_}={want}"), |f| {
+        has_condition(f, type_, want)
+    })
+    .await
+}
+
+/// The condition a Flow of `flow_type` ends its run with: `Complete` for a batch flow (its
+/// Jobs completed), `Ready` for a realtime one (its workloads are up).
+pub fn end_condition(flow_type: &str) -> &'static str {
+    if flow_type == "batch" {
+        "Complete"
+    } else {
+        "Ready"
     }
+}
+
+/// Waits until no object (pods included) in `ns` matches `selector` any more; on timeout
+/// panics naming `what` and the objects left.
+pub async fn wait_gone(client: &Client, ns: &str, selector: &str, what: &str) {
+    wait_for(what, DEADLINE, || async {
+        let left = labelled(client, ns, selector, true).await;
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("left: {left:?}"))
+        }
+    })
+    .await;
+}
+
+/// Waits for the `TornDown` Event of Flow `flow` (published once the teardown Job completed);
+/// on timeout panics with the reasons of the Events seen about it.
+pub async fn wait_torn_down(client: &Client, ns: &str, flow: &str) -> Value {
+    let events = kind_api(client, "events.k8s.io/v1", "Event", Some(ns)).await;
+    wait_for(
+        &format!("the TornDown event of Flow {ns}/{flow}"),
+        DEADLINE,
+        || async {
+            let about: Vec<Value> = list_json(&events, &ListParams::default())
+                .await?
+                .into_iter()
+                .filter(|e| e["regarding"]["name"] == flow)
+                .collect();
+            about
+                .iter()
+                .find(|e| e["reason"] == "TornDown")
+                .cloned()
+                .ok_or_else(|| {
+                    let reasons: Vec<&str> = about
+                        .iter()
+                        .map(|e| e["reason"].as_str().unwrap_or_default())
+                        .collect();
+                    format!("events about it: {reasons:?}")
+                })
+        },
+    )
+    .await
+}
+
+/// The objects `api` lists with `params`, as JSON (for a [`wait_for`] probe: a failed list is
+/// what it saw).
+pub async fn list_json(
+    api: &Api<DynamicObject>,
+    params: &ListParams,
+) -> Result<Vec<Value>, String> {
+    let list = api
+        .list(params)
+        .await
+        .map_err(|e| format!("listing {}: {e}", api.resource_url()))?;
+    Ok(list
+        .items
+        .iter()
+        .map(|o| serde_json::to_value(o).unwrap_or_default())
+        .collect())
+}
+
+/// [`dynamic_api`] for a scenario: a discovery failure panics.
+pub async fn kind_api(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    dynamic_api(client, api_version, kind, namespace)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The kinds the operator creates, as (apiVersion, kind).
@@ -587,9 +711,7 @@ pub async fn labelled(client: &Client, ns: &str, selector: &str, pods: bool) -> 
         kinds.push(("v1", "Pod"));
     }
     for (api_version, kind) in kinds {
-        let api = dynamic_api(client, api_version, kind, Some(ns))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let api = kind_api(client, api_version, kind, Some(ns)).await;
         let list = api
             .list(&ListParams::default().labels(selector))
             .await

@@ -1,10 +1,10 @@
 //! Helpers shared by the flow tests (`flow_*`, `interop_flows`, `component_*`): Flow YAML
-//! preambles, reading the JSONL sink's records back and counting them by trace id, and reading
-//! a run ledger back (§11.2).
+//! preambles and the `nodes:` items most flows use, reading the JSONL sink's records back
+//! (counting them by trace id, checking none was lost), and reading a run ledger back (§11.2).
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::support::FlowHarness;
 
@@ -63,27 +63,84 @@ pub fn batch_flow(name: &str, spec_extra: &str, nodes: &str) -> String {
     )
 }
 
-/// `numbers` (IntProducer, 0..n−1) → `middle` → `sink` (JsonlSink writing `out.jsonl`): the
-/// `nodes:` items of the most common test flow. `middle_lines` are the processor's lines after
-/// `kind`/`parents` (component, params, replicas, …), each indented four spaces; `sink_extra`
-/// is appended inside the sink's params (e.g. `, idempotent: true`).
-pub fn numbers_to_sink(n: i64, middle: &str, middle_lines: &str, sink_extra: &str) -> String {
+/// The component line of an `IdentityProcessor` node (indented four spaces, for the
+/// `middle_lines` of [`numbers_to_sink`]).
+pub const IDENTITY: &str =
+    "    component: {builtin: videoflow.processors.basic.IdentityProcessor}\n";
+
+/// The `nodes:` item of `numbers`, an IntProducer emitting 0..n−1.
+pub fn numbers(n: i64) -> String {
     format!(
         r#"  - name: numbers
     kind: producer
     component: {{builtin: videoflow.producers.basic.IntProducer}}
     params: {{start_value: 0, end_value: {last}}}
-  - name: {middle}
-    kind: processor
-    parents: [numbers]
-{middle_lines}  - name: sink
-    kind: consumer
-    parents: [{middle}]
-    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
-    params: {{path: "{{{{DIR}}}}/out.jsonl"{sink_extra}}}
 "#,
         last = n - 1
     )
+}
+
+/// The `nodes:` item of a processor `name` on `parents` (the list's items), with `lines`: its
+/// other keys (component, params, replicas, …), each indented four spaces.
+pub fn processor(name: &str, parents: &str, lines: &str) -> String {
+    format!("  - name: {name}\n    kind: processor\n    parents: [{parents}]\n{lines}")
+}
+
+/// The `nodes:` item of a JsonlSink consumer `name` on `parents` (the list's items, e.g.
+/// `left, right`) writing `{{DIR}}/<file>`; `params_extra` is appended inside its params
+/// (e.g. `, idempotent: true`). More keys of the node may follow, indented four spaces.
+pub fn jsonl_sink(name: &str, parents: &str, file: &str, params_extra: &str) -> String {
+    format!(
+        r#"  - name: {name}
+    kind: consumer
+    parents: [{parents}]
+    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
+    params: {{path: "{{{{DIR}}}}/{file}"{params_extra}}}
+"#
+    )
+}
+
+/// The `nodes:` item of `sink`, a VoidConsumer on `parent`.
+pub fn void_sink(parent: &str) -> String {
+    format!(
+        r#"  - name: sink
+    kind: consumer
+    parents: [{parent}]
+    component: {{builtin: videoflow.consumers.basic.VoidConsumer}}
+"#
+    )
+}
+
+/// `numbers` (IntProducer, 0..n−1) → `middle` → `sink` (JsonlSink writing `out.jsonl`): the
+/// `nodes:` items of the most common test flow. `middle_lines` are the processor's lines after
+/// `kind`/`parents` (component, params, replicas, …), each indented four spaces; `sink_extra`
+/// is appended inside the sink's params (e.g. `, idempotent: true`).
+pub fn numbers_to_sink(n: i64, middle: &str, middle_lines: &str, sink_extra: &str) -> String {
+    [
+        numbers(n),
+        processor(middle, "numbers", middle_lines),
+        jsonl_sink("sink", middle, "out.jsonl", sink_extra),
+    ]
+    .concat()
+}
+
+/// The sink records in `out.jsonl` after a run that may have lost inputs (a kill, a crash):
+/// asserts every value of `want` is among them, else panics with the lost ones, `after`
+/// (what happened to the flow) and the logs.
+pub fn assert_none_lost(
+    h: &FlowHarness,
+    want: impl IntoIterator<Item = i64>,
+    after: &str,
+) -> Vec<serde_json::Value> {
+    let out = h.jsonl("out.jsonl");
+    let values: BTreeSet<i64> = out.iter().map(int_value).collect();
+    let missing: Vec<i64> = want.into_iter().filter(|v| !values.contains(v)).collect();
+    assert!(
+        missing.is_empty(),
+        "lost inputs {missing:?} {after}; logs:\n{}",
+        h.all_logs()
+    );
+    out
 }
 
 /// The `spec:` lines of a run `r1` on the run ledger at `url` (for [`batch_flow`]).

@@ -15,7 +15,8 @@ use videoflow_core::load::parse_flow;
 use videoflow_core::model::FlowDocument;
 use videoflow_core::naming;
 use videoflow_testkit::{NatsServer, RedisServer};
-use videoflow_worker::broker;
+use videoflow_worker::broker::{self, DurableRequest};
+use videoflow_worker::config::WorkerConfig;
 use videoflow_worker::provision::{node_vars, provision};
 
 /// One running (or finished) worker process.
@@ -84,6 +85,34 @@ pub fn reference_python() -> PathBuf {
 /// (`interop_nodes.py`), put on the reference worker's `PYTHONPATH`.
 pub fn conformance_dir() -> PathBuf {
     videoflow_testkit::manifest_dir(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance")
+}
+
+/// The Python component SDK under test: this checkout's `sdk/python` (put on a component's
+/// `PYTHONPATH`, so the SDK in the tree runs, not an installed copy).
+pub fn sdk_dir() -> PathBuf {
+    videoflow_testkit::manifest_dir(env!("CARGO_MANIFEST_DIR")).join("../sdk/python")
+}
+
+/// The SDK virtualenv's interpreter (protobuf and numpy): `$VF_SDK_PYTHON`, else
+/// `$VF_CACHE/sdkvenv/bin/python`, else `~/.cache/videoflow/sdkvenv/bin/python` (the defaults
+/// of `scripts/env.sh`). A missing one fails the test with the remedy; it never skips it.
+pub fn sdk_python() -> PathBuf {
+    let path = std::env::var_os("VF_SDK_PYTHON")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("VF_CACHE").map(|c| PathBuf::from(c).join("sdkvenv/bin/python"))
+        })
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".cache/videoflow/sdkvenv/bin/python"))
+        })
+        .expect("VF_SDK_PYTHON, VF_CACHE or HOME");
+    assert!(
+        path.exists(),
+        "{} not found: run scripts/install-deps (it creates the SDK venv with protobuf and numpy)",
+        path.display()
+    );
+    path
 }
 
 /// The reference worker's `PYTHONPATH`: `tests/conformance` (the twins) and
@@ -194,16 +223,19 @@ impl FlowHarness {
         });
     }
 
-    /// Provisions and starts every replica of every node.
-    pub fn start(&mut self) {
-        self.provision();
-        let nodes: Vec<(String, i64)> = self
-            .flow
+    /// Every node of the compiled flow with its replica count, in flow order.
+    fn node_replicas(&self) -> Vec<(String, i64)> {
+        self.flow
             .nodes
             .iter()
             .map(|n| (n.name.clone(), n.nb_tasks))
-            .collect();
-        for (node, replicas) in nodes {
+            .collect()
+    }
+
+    /// Provisions and starts every replica of every node.
+    pub fn start(&mut self) {
+        self.provision();
+        for (node, replicas) in self.node_replicas() {
             for r in 0..replicas {
                 self.spawn(&node, r, &[]);
             }
@@ -364,12 +396,7 @@ impl FlowHarness {
     /// `placement` names for it: `(node, [runtime of replica 0, 1, …])`, every node and
     /// replica exactly once.
     pub fn start_placed(&mut self, provisioner: Provisioner, placement: &[(&str, &[Runtime])]) {
-        let nodes: Vec<(String, i64)> = self
-            .flow
-            .nodes
-            .iter()
-            .map(|n| (n.name.clone(), n.nb_tasks))
-            .collect();
+        let nodes = self.node_replicas();
         assert_eq!(
             nodes.len(),
             placement.len(),
@@ -387,11 +414,42 @@ impl FlowHarness {
             );
         }
         self.provision_with(provisioner);
+        self.spawn_placed(placement);
+    }
+
+    /// Starts every replica `placement` names, on the runtime it names: `(node, [runtime of
+    /// replica 0, 1, …])` (after provisioning; [`FlowHarness::start_placed`] does both).
+    pub fn spawn_placed(&mut self, placement: &[(&str, &[Runtime])]) {
         for (node, runtimes) in placement {
             for (r, runtime) in runtimes.iter().enumerate() {
                 self.spawn_on(*runtime, node, r as i64, &[]);
             }
         }
+    }
+
+    /// Creates `node`'s data durables on its parents with `ack_wait` instead of the default
+    /// (otherwise exactly as the worker derives them, STREAM-4), before provisioning binds
+    /// them as they are: a killed replica's un-acked deliveries then come back quickly.
+    pub fn precreate_data_durables(&self, node: &str, ack_wait: Duration) {
+        let mut vars = self.vars(node, 0);
+        vars.insert("VF_ACK_WAIT_SECONDS".into(), ack_wait.as_secs().to_string());
+        let cfg = WorkerConfig::from_env(&vars).unwrap_or_else(|e| panic!("{}", e.render()));
+        let url = self.nats.url();
+        self.runtime.block_on(async {
+            let b = broker::connect(&url)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            for parent in &cfg.parent_names {
+                broker::ensure_node_stream(&b, &cfg.flow_id, &cfg.run_id, parent, false, None)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let bound =
+                    broker::bind_data_durable(&b, &DurableRequest::data_for(&cfg, parent, false))
+                        .await
+                        .unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(bound.ack_wait(), ack_wait, "{node}'s durable on {parent}");
+            }
+        });
     }
 
     /// SIGKILLs the running `node`/`replica`.
@@ -450,6 +508,78 @@ impl FlowHarness {
             "non-zero exits {bad:?}; logs:\n{}",
             self.all_logs()
         );
+    }
+
+    /// [`FlowHarness::wait_all`], then [`FlowHarness::assert_all_ok`]: the flow ran to a clean end.
+    pub fn wait_all_ok(&mut self, timeout: Duration) -> Vec<Exit> {
+        let exits = self.wait_all(timeout);
+        self.assert_all_ok(&exits);
+        exits
+    }
+
+    /// The one process of the last `wait_all` that did not exit 0 (a killed or crashed
+    /// replica); panics with every exit and the logs when there is none or more than one.
+    pub fn the_one_abnormal_exit<'a>(&self, exits: &'a [Exit]) -> &'a Exit {
+        let abnormal: Vec<&Exit> = exits.iter().filter(|e| e.code != Some(0)).collect();
+        assert_eq!(
+            abnormal.len(),
+            1,
+            "exactly one abnormal exit: {exits:?}; logs:\n{}",
+            self.all_logs()
+        );
+        abnormal[0]
+    }
+
+    /// Polls `probe` every 20 ms until it returns `Ok`; after `timeout` panics naming `what`,
+    /// the last state the probe saw (its `Err`) and every worker's log.
+    pub fn wait_until<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut probe: impl FnMut() -> Result<T, String>,
+    ) -> T {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let seen = match probe() {
+                Ok(v) => return v,
+                Err(seen) => seen,
+            };
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {timeout:?} (last seen: {seen}); logs:\n{}",
+                self.all_logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until the JSONL file `name` holds at least `n` records; returns how many it holds.
+    pub fn wait_for_records(&self, name: &str, n: usize, timeout: Duration) -> usize {
+        self.wait_until(&format!("{n} records in {name}"), timeout, || {
+            let got = self.jsonl(name).len();
+            if got >= n {
+                Ok(got)
+            } else {
+                Err(format!("only {got} records"))
+            }
+        })
+    }
+
+    /// Waits for the termination record `node`/`replica` leaves when it fails.
+    pub fn wait_for_termination(
+        &self,
+        node: &str,
+        replica: i64,
+        timeout: Duration,
+    ) -> serde_json::Value {
+        self.wait_until(
+            &format!("the termination record of {node}.{replica}"),
+            timeout,
+            || {
+                self.termination(node, replica)
+                    .ok_or_else(|| "no termination record".to_owned())
+            },
+        )
     }
 
     fn log_path(&self, node: &str, replica: i64) -> PathBuf {
