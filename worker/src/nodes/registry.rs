@@ -100,6 +100,17 @@ fn consumer(c: impl Consumer + 'static, flags: ConsumerFlags) -> BuiltNode {
     }
 }
 
+/// A boxed consumer (the video writers) with its declarations.
+fn video_consumer(node: Box<dyn Consumer>, flags: ConsumerFlags) -> BuiltNode {
+    BuiltNode::Consumer {
+        node,
+        options: ConsumerOptions {
+            metadata: flags.metadata,
+            idempotent: flags.idempotent,
+        },
+    }
+}
+
 const CLASSES: &[Class] = &[
     Class {
         canonical: "videoflow.producers.basic.IntProducer",
@@ -222,6 +233,24 @@ const CLASSES: &[Class] = &[
         aliases: &["videoflow.consumers.FileAppenderConsumer"],
         family: Family::Consumer,
         build: |p, f| FileAppenderConsumer::from_params(p).map(|c| consumer(c, f)),
+    },
+    Class {
+        canonical: "videoflow.consumers.video.VideofileWriter",
+        aliases: &["videoflow.consumers.VideofileWriter"],
+        family: Family::Consumer,
+        build: |p, f| {
+            video::reference_writer(p, "videoflow.consumers.video.VideofileWriter")
+                .map(|node| video_consumer(node, f))
+        },
+    },
+    Class {
+        canonical: "videoflow.rs.consumers.VideoFileWriter",
+        aliases: &[],
+        family: Family::Consumer,
+        build: |p, f| {
+            video::h264_writer(p, "videoflow.rs.consumers.VideoFileWriter")
+                .map(|node| video_consumer(node, f))
+        },
     },
     Class {
         canonical: "videoflow.rs.consumers.JsonlSink",

@@ -249,7 +249,7 @@ const COMMON_CODECS: &[(codec::Id, &str)] = &[
 
 /// FFmpeg's global set-up, once per process: its own log on stderr only for errors (the
 /// level OpenCV sets), since every failure is reported as a typed error anyway.
-fn init() {
+pub(crate) fn init() {
     static INIT: std::sync::Once = std::sync::Once::new();
     INIT.call_once(|| {
         // `init` only fails on builds with device support registration problems; the
