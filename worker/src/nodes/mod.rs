@@ -15,6 +15,8 @@
 //! - [`selfcheck`] — `Map` (arithmetic, partition keys) and `SelfCheck` (a consumer that
 //!   writes a `{ok, expected, actual, details}` artifact): what sample Flows check themselves
 //!   with.
+//! - [`video`] — the video nodes over FFmpeg (`VideoFileReader`), behind the `video` cargo
+//!   feature.
 //! - [`testing`] — test-support nodes (`TickProducer`, `FailOn`, `FailingProducer`) that let
 //!   end-to-end tests drive time joins, the failure ladder, dead letters and ABORTs.
 //!
@@ -34,6 +36,7 @@ pub mod producers;
 pub mod registry;
 pub mod selfcheck;
 pub mod testing;
+pub mod video;
 
 use videoflow_core::envelope::Payload;
 use videoflow_core::errors::{ErrorCode, VfError};

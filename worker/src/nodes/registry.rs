@@ -19,6 +19,7 @@ use super::processors::{IdentityProcessor, JoinerProcessor, ServiceTimeProcessor
 use super::producers::{IntProducer, SyntheticFrameProducer};
 use super::selfcheck::{Map as MapProcessor, SelfCheck};
 use super::testing::{FailOn, FailingProducer, Hang, TickProducer};
+use super::video;
 use super::{Consumer, Processor, Producer};
 
 /// Declarations a consumer carries in its params (1.0.4 `ConsumerNode.__init__`) that the
@@ -72,10 +73,11 @@ impl std::fmt::Debug for BuiltNode {
 
 type Build = fn(&mut Params<'_>, ConsumerFlags) -> Result<BuiltNode, VfError>;
 
-/// One built-in class: its canonical (module) path, its short package form, its family.
+/// One built-in class: its canonical (module) path, the other names 1.0.4 imports it under
+/// (the short package form, old spellings), its family.
 struct Class {
     canonical: &'static str,
-    alias: Option<&'static str>,
+    aliases: &'static [&'static str],
     family: Family,
     build: Build,
 }
@@ -98,124 +100,167 @@ fn consumer(c: impl Consumer + 'static, flags: ConsumerFlags) -> BuiltNode {
     }
 }
 
+/// A boxed consumer (the video writers) with its declarations.
+fn video_consumer(node: Box<dyn Consumer>, flags: ConsumerFlags) -> BuiltNode {
+    BuiltNode::Consumer {
+        node,
+        options: ConsumerOptions {
+            metadata: flags.metadata,
+            idempotent: flags.idempotent,
+        },
+    }
+}
+
 const CLASSES: &[Class] = &[
     Class {
         canonical: "videoflow.producers.basic.IntProducer",
-        alias: Some("videoflow.producers.IntProducer"),
+        aliases: &["videoflow.producers.IntProducer"],
         family: Family::Producer,
         build: |p, _| IntProducer::from_params(p).map(producer),
     },
     Class {
+        // 1.0.4 keeps `VideofileReader = VideoFileReader` for old code, and its package
+        // re-exports only that old name; the compiler emits the class's own name.
+        canonical: "videoflow.producers.video.VideoFileReader",
+        aliases: &[
+            "videoflow.producers.video.VideofileReader",
+            "videoflow.producers.VideofileReader",
+        ],
+        family: Family::Producer,
+        build: |p, _| {
+            video::file_reader(p, "videoflow.producers.video.VideoFileReader")
+                .map(BuiltNode::Producer)
+        },
+    },
+    Class {
         canonical: "videoflow.rs.producers.SyntheticFrameProducer",
-        alias: None,
+        aliases: &[],
         family: Family::Producer,
         build: |p, _| SyntheticFrameProducer::from_params(p).map(producer),
     },
     Class {
         canonical: "videoflow.rs.producers.TickProducer",
-        alias: None,
+        aliases: &[],
         family: Family::Producer,
         build: |p, _| TickProducer::from_params(p).map(producer),
     },
     Class {
         canonical: "videoflow.rs.producers.FailingProducer",
-        alias: None,
+        aliases: &[],
         family: Family::Producer,
         build: |p, _| FailingProducer::from_params(p).map(producer),
     },
     Class {
         canonical: "videoflow.processors.basic.IdentityProcessor",
-        alias: Some("videoflow.processors.IdentityProcessor"),
+        aliases: &["videoflow.processors.IdentityProcessor"],
         family: Family::Processor,
         build: |p, _| IdentityProcessor::from_params(p).map(processor),
     },
     Class {
         canonical: "videoflow.processors.basic.JoinerProcessor",
-        alias: Some("videoflow.processors.JoinerProcessor"),
+        aliases: &["videoflow.processors.JoinerProcessor"],
         family: Family::Processor,
         build: |p, _| JoinerProcessor::from_params(p).map(processor),
     },
     Class {
         canonical: "videoflow.processors.aggregators.SumAggregator",
-        alias: Some("videoflow.processors.SumAggregator"),
+        aliases: &["videoflow.processors.SumAggregator"],
         family: Family::Processor,
         build: |_, _| Ok(processor(SumAggregator::default())),
     },
     Class {
         canonical: "videoflow.processors.aggregators.MultiplicationAggregator",
-        alias: Some("videoflow.processors.MultiplicationAggregator"),
+        aliases: &["videoflow.processors.MultiplicationAggregator"],
         family: Family::Processor,
         build: |_, _| Ok(processor(MultiplicationAggregator::default())),
     },
     Class {
         canonical: "videoflow.processors.aggregators.CountAggregator",
-        alias: Some("videoflow.processors.CountAggregator"),
+        aliases: &["videoflow.processors.CountAggregator"],
         family: Family::Processor,
         build: |_, _| Ok(processor(CountAggregator::default())),
     },
     Class {
         canonical: "videoflow.processors.aggregators.MaxAggregator",
-        alias: Some("videoflow.processors.MaxAggregator"),
+        aliases: &["videoflow.processors.MaxAggregator"],
         family: Family::Processor,
         build: |_, _| Ok(processor(MaxAggregator::default())),
     },
     Class {
         canonical: "videoflow.processors.aggregators.MinAggregator",
-        alias: Some("videoflow.processors.MinAggregator"),
+        aliases: &["videoflow.processors.MinAggregator"],
         family: Family::Processor,
         build: |_, _| Ok(processor(MinAggregator::default())),
     },
     Class {
         canonical: "videoflow.rs.processors.ServiceTimeProcessor",
-        alias: None,
+        aliases: &[],
         family: Family::Processor,
         build: |p, _| ServiceTimeProcessor::from_params(p).map(processor),
     },
     Class {
         canonical: "videoflow.rs.processors.FailOn",
-        alias: None,
+        aliases: &[],
         family: Family::Processor,
         build: |p, _| FailOn::from_params(p).map(processor),
     },
     Class {
         canonical: "videoflow.rs.processors.Hang",
-        alias: None,
+        aliases: &[],
         family: Family::Processor,
         build: |p, _| Hang::from_params(p).map(processor),
     },
     Class {
         canonical: "videoflow.rs.processors.Map",
-        alias: None,
+        aliases: &[],
         family: Family::Processor,
         build: |p, _| MapProcessor::from_params(p).map(processor),
     },
     Class {
         canonical: "videoflow.consumers.basic.CommandlineConsumer",
-        alias: Some("videoflow.consumers.CommandlineConsumer"),
+        aliases: &["videoflow.consumers.CommandlineConsumer"],
         family: Family::Consumer,
         build: |p, f| CommandlineConsumer::from_params(p).map(|c| consumer(c, f)),
     },
     Class {
         canonical: "videoflow.consumers.basic.VoidConsumer",
-        alias: Some("videoflow.consumers.VoidConsumer"),
+        aliases: &["videoflow.consumers.VoidConsumer"],
         family: Family::Consumer,
         build: |_, f| Ok(consumer(VoidConsumer, f)),
     },
     Class {
         canonical: "videoflow.consumers.basic.FileAppenderConsumer",
-        alias: Some("videoflow.consumers.FileAppenderConsumer"),
+        aliases: &["videoflow.consumers.FileAppenderConsumer"],
         family: Family::Consumer,
         build: |p, f| FileAppenderConsumer::from_params(p).map(|c| consumer(c, f)),
     },
     Class {
+        canonical: "videoflow.consumers.video.VideofileWriter",
+        aliases: &["videoflow.consumers.VideofileWriter"],
+        family: Family::Consumer,
+        build: |p, f| {
+            video::reference_writer(p, "videoflow.consumers.video.VideofileWriter")
+                .map(|node| video_consumer(node, f))
+        },
+    },
+    Class {
+        canonical: "videoflow.rs.consumers.VideoFileWriter",
+        aliases: &[],
+        family: Family::Consumer,
+        build: |p, f| {
+            video::h264_writer(p, "videoflow.rs.consumers.VideoFileWriter")
+                .map(|node| video_consumer(node, f))
+        },
+    },
+    Class {
         canonical: "videoflow.rs.consumers.JsonlSink",
-        alias: None,
+        aliases: &[],
         family: Family::Consumer,
         build: |p, f| JsonlSink::from_params(p).map(|c| consumer(c, f)),
     },
     Class {
         canonical: "videoflow.rs.consumers.SelfCheck",
-        alias: None,
+        aliases: &[],
         family: Family::Consumer,
         build: |p, f| SelfCheck::from_params(p).map(|c| consumer(c, f)),
     },
@@ -224,7 +269,7 @@ const CLASSES: &[Class] = &[
 fn lookup(class: &str) -> Option<&'static Class> {
     CLASSES
         .iter()
-        .find(|c| c.canonical == class || c.alias == Some(class))
+        .find(|c| c.canonical == class || c.aliases.contains(&class))
 }
 
 /// Every built-in class by its canonical path (the short package forms are accepted too).
@@ -318,7 +363,7 @@ mod tests {
     fn aliases_resolve_to_canonical_paths() {
         for c in CLASSES {
             assert_eq!(canonical_class(c.canonical), Some(c.canonical));
-            if let Some(alias) = c.alias {
+            for alias in c.aliases {
                 assert_eq!(canonical_class(alias), Some(c.canonical));
             }
         }
@@ -332,7 +377,12 @@ mod tests {
                 Ok(node) => assert_eq!(node.kind(), kind),
                 Err(e) => {
                     assert_eq!(e.code, ErrorCode::Config, "{}: {e}", c.canonical);
-                    assert!(e.message.contains("requires parameter"), "{e}");
+                    let without_video =
+                        cfg!(not(feature = "video")) && e.message.contains("without video");
+                    assert!(
+                        e.message.contains("requires parameter") || without_video,
+                        "{e}"
+                    );
                 }
             }
         }

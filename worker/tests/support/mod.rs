@@ -115,12 +115,11 @@ pub fn sdk_python() -> PathBuf {
     path
 }
 
-/// The reference worker's `PYTHONPATH`: `tests/conformance` (the twins) and
-/// `tests/conformance/interop_stubs` (a `cv2` placeholder: 1.0.4's `videoflow.producers`
-/// imports OpenCV at package import, which the reference virtualenv's extras do not install).
+/// The reference worker's `PYTHONPATH`: `tests/conformance` (the twins). OpenCV, which
+/// 1.0.4's `videoflow.producers` imports at package import, is in the reference virtualenv
+/// (scripts/reference-requirements.txt).
 fn reference_pythonpath() -> String {
-    let dir = conformance_dir();
-    format!("{}:{}", dir.display(), dir.join("interop_stubs").display())
+    conformance_dir().display().to_string()
 }
 
 /// The class the reference worker runs for `class`: the reference's own classes as they

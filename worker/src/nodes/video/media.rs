@@ -1,0 +1,615 @@
+//! FFmpeg's libraries behind one small type: a local video file opened, demuxed, decoded and
+//! converted to packed 8-bit BGR, one frame per call.
+//!
+//! Why these settings: the reference reads files through OpenCV's FFmpeg backend, and frames
+//! must match it byte for byte. That backend takes the first video stream, decodes with
+//! libavcodec's own decoder, and converts every frame with an swscale context to `BGR24` with
+//! `SWS_BICUBIC` at the decoded size (for a conversion without resizing this selects swscale's
+//! unscaled YUV→RGB path, so the result is what `ffmpeg -pix_fmt bgr24` writes). Its frame
+//! position is `(pts − stream start) × time base`, taking the packet's dts when a frame's pts
+//! is missing or 0 — kept here as [`position_ms`] so the `position` timestamps match too.
+//!
+//! Where this is stricter than OpenCV: a decoder or demuxer error ends the file with an error
+//! that names the file and the place ([`Damage`]), after the frames decoded before it, where
+//! OpenCV delivers concealed frames or stops as if the file had ended. Damage the decoder
+//! conceals without reporting it (FFmpeg flags such frames only in `decode_error_flags`, which
+//! the safe bindings do not expose) is delivered as decoded, as OpenCV does.
+
+use std::path::Path;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::JoinHandle;
+
+use ffmpeg::codec::decoder::Check;
+use ffmpeg::codec::{self, threading};
+use ffmpeg::format::Pixel;
+use ffmpeg::software::scaling::{self, Flags};
+use ffmpeg::util::frame::video::Video as RawFrame;
+use ffmpeg::{Packet, Rational, media};
+use ffmpeg_next as ffmpeg;
+
+/// FFmpeg's "no timestamp" (`AV_NOPTS_VALUE`).
+const NOPTS: i64 = i64::MIN;
+
+/// Frames decoded ahead of the node: enough to overlap decoding with publishing, few enough
+/// that memory stays a handful of frames whatever the file.
+const FRAMES_AHEAD: usize = 2;
+
+/// One decoded frame, packed (no row padding): `height × width × 3` bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct DecodedFrame {
+    /// Pixels per row.
+    pub width: u32,
+    /// Rows.
+    pub height: u32,
+    /// `BGR` (or `RGB` when asked to swap) bytes, row after row.
+    pub data: Vec<u8>,
+    /// Where the frame sits on the file's timeline, in milliseconds, as OpenCV's
+    /// `CAP_PROP_POS_MSEC` reports it after reading this frame.
+    pub position_ms: f64,
+}
+
+/// Why a file cannot be read at all (refused at open: a configuration problem).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum OpenFailure {
+    /// Nothing at the path.
+    Missing,
+    /// The path is a directory, or not a regular file.
+    NotAFile,
+    /// The path cannot be handed to FFmpeg (an interior NUL).
+    BadPath,
+    /// The path exists but the OS refused to read it.
+    Unreadable(String),
+    /// FFmpeg found no container it can parse (not a video file, or a damaged header).
+    NotMedia(String),
+    /// The container has no video stream.
+    NoVideoStream,
+    /// The video stream's codec has no decoder in this build (its FFmpeg name, if known).
+    UnsupportedCodec(String),
+    /// The decoder refused to open (its name and FFmpeg's reason).
+    DecoderFailed(String, String),
+    /// The decoding thread could not be started, or died (the OS's or the panic's text).
+    Thread(String),
+}
+
+/// Where reading stopped on damage, after the frames before it were delivered.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Damage {
+    /// Byte offset of the damaged packet in the file, when FFmpeg knows it.
+    pub byte_offset: Option<i64>,
+    /// What FFmpeg (or the check that caught it) said.
+    pub reason: String,
+}
+
+/// The decoder's state: reading packets, draining after the last one, or finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Reading,
+    Draining,
+    Finished,
+}
+
+/// What the decoding thread hands the node, in order.
+enum Message {
+    Frame(DecodedFrame),
+    End,
+    Damaged(Damage),
+}
+
+/// A file being decoded on a thread of its own (`vf-video-decode`), at most
+/// [`FRAMES_AHEAD`] frames ahead of the node.
+///
+/// Why a thread: FFmpeg's scaler context is not `Send`, while a node moves between the
+/// threads the runtime builds and runs it on; the thread also decodes the next frame while
+/// the runtime publishes this one. Dropping the `Decoding` ends the thread at its next frame.
+pub(crate) struct Decoding {
+    frames: Receiver<Message>,
+    thread: Option<JoinHandle<()>>,
+    codec: String,
+}
+
+impl Decoding {
+    /// Opens `path` on a new decoding thread; frames come out BGR, or RGB with
+    /// `swap_channels`.
+    pub(crate) fn start(path: &str, swap_channels: bool) -> Result<Decoding, OpenFailure> {
+        let (opened_tx, opened_rx) = sync_channel::<Result<String, OpenFailure>>(1);
+        let (frames_tx, frames) = sync_channel(FRAMES_AHEAD);
+        let path = path.to_owned();
+        let thread = std::thread::Builder::new()
+            .name("vf-video-decode".to_owned())
+            .spawn(move || decode(&path, swap_channels, &opened_tx, &frames_tx))
+            .map_err(|e| OpenFailure::Thread(e.to_string()))?;
+        let opened = opened_rx.recv();
+        let mut decoding = Decoding {
+            frames,
+            thread: Some(thread),
+            codec: String::new(),
+        };
+        match opened {
+            Ok(Ok(codec)) => {
+                decoding.codec = codec;
+                Ok(decoding)
+            }
+            Ok(Err(failure)) => {
+                decoding.join();
+                Err(failure)
+            }
+            Err(_) => Err(OpenFailure::Thread(decoding.join())),
+        }
+    }
+
+    /// The codec's FFmpeg name (`h264`, `hevc`, …).
+    pub(crate) fn codec(&self) -> &str {
+        &self.codec
+    }
+
+    /// The next frame, `Ok(None)` after the last one, or the damage that ended the file.
+    pub(crate) fn next_frame(&mut self) -> Result<Option<DecodedFrame>, Damage> {
+        match self.frames.recv() {
+            Ok(Message::Frame(frame)) => Ok(Some(frame)),
+            Ok(Message::End) => Ok(None),
+            Ok(Message::Damaged(damage)) => Err(damage),
+            Err(_) => {
+                let reason = self.join();
+                Err(Damage {
+                    byte_offset: None,
+                    reason: format!("the decoding thread stopped: {reason}"),
+                })
+            }
+        }
+    }
+
+    /// Waits for the thread to end; its panic text, if it panicked.
+    fn join(&mut self) -> String {
+        let Some(thread) = self.thread.take() else {
+            return "it had ended".to_owned();
+        };
+        match thread.join() {
+            Ok(()) => "it ended early".to_owned(),
+            Err(panic) => panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "it panicked".to_owned()),
+        }
+    }
+
+    /// Stops the thread (at its next frame) and waits for it, so the file and the decoder
+    /// are released when this returns.
+    pub(crate) fn stop(mut self) {
+        let (_, dead) = sync_channel(0);
+        // Replacing the receiver drops it: the thread's next send fails and it returns.
+        drop(std::mem::replace(&mut self.frames, dead));
+        self.join();
+    }
+}
+
+/// The decoding thread: open, report, then frames until the end, damage, or the node
+/// hanging up.
+fn decode(
+    path: &str,
+    swap_channels: bool,
+    opened: &SyncSender<Result<String, OpenFailure>>,
+    frames: &SyncSender<Message>,
+) {
+    let mut media = match MediaFile::open(path) {
+        Ok(media) => media,
+        Err(failure) => {
+            let _ = opened.send(Err(failure));
+            return;
+        }
+    };
+    if opened.send(Ok(media.codec_name())).is_err() {
+        return;
+    }
+    loop {
+        let (message, last) = match media.next_frame(swap_channels) {
+            Ok(Some(frame)) => (Message::Frame(frame), false),
+            Ok(None) => (Message::End, true),
+            Err(damage) => (Message::Damaged(damage), true),
+        };
+        if frames.send(message).is_err() || last {
+            return;
+        }
+    }
+}
+
+/// An open video file; see the module docs. Lives on the decoding thread.
+struct MediaFile {
+    input: ffmpeg::format::context::Input,
+    stream_index: usize,
+    time_base: Rational,
+    start_time: i64,
+    decoder: codec::decoder::Video,
+    scaler: Option<scaling::Context>,
+    decoded: RawFrame,
+    converted: RawFrame,
+    phase: Phase,
+    /// Damage seen while the decoder still held good frames: reported once they are out.
+    damage: Option<Damage>,
+    /// The display time a frame must have to follow the last one delivered without a gap
+    /// (only checked while draining after damage).
+    next_pts: Option<i64>,
+    /// Frames returned so far.
+    delivered: u64,
+}
+
+/// Codecs named in the error for a file this build cannot decode: the common ones it can.
+const COMMON_CODECS: &[(codec::Id, &str)] = &[
+    (codec::Id::H264, "H.264"),
+    (codec::Id::HEVC, "H.265/HEVC"),
+    (codec::Id::VP8, "VP8"),
+    (codec::Id::VP9, "VP9"),
+    (codec::Id::AV1, "AV1"),
+    (codec::Id::MPEG4, "MPEG-4 Part 2"),
+    (codec::Id::MPEG2VIDEO, "MPEG-2"),
+    (codec::Id::MJPEG, "Motion JPEG"),
+    (codec::Id::PNG, "PNG"),
+    (codec::Id::RAWVIDEO, "raw video"),
+];
+
+/// FFmpeg's global set-up, once per process: its own log on stderr only for errors (the
+/// level OpenCV sets), since every failure is reported as a typed error anyway.
+pub(crate) fn init() {
+    static INIT: std::sync::Once = std::sync::Once::new();
+    INIT.call_once(|| {
+        // `init` only fails on builds with device support registration problems; the
+        // decoders and demuxers need no registration since FFmpeg 4, so go on regardless.
+        let _ = ffmpeg::init();
+        ffmpeg::util::log::set_level(ffmpeg::util::log::Level::Error);
+    });
+}
+
+/// The common codecs this build decodes, for error texts ("H.264, H.265/HEVC, …").
+pub(crate) fn supported_codecs() -> Vec<&'static str> {
+    init();
+    COMMON_CODECS
+        .iter()
+        .filter(|(id, _)| codec::decoder::find(*id).is_some())
+        .map(|(_, name)| *name)
+        .collect()
+}
+
+/// The libavcodec version this worker runs, `major.minor.micro`.
+pub(crate) fn libavcodec_version() -> String {
+    let v = codec::version();
+    format!("{}.{}.{}", v >> 16, (v >> 8) & 0xff, v & 0xff)
+}
+
+impl MediaFile {
+    /// Opens `path` (a local file, never a URL) and its first video stream's decoder.
+    fn open(path: &str) -> Result<MediaFile, OpenFailure> {
+        init();
+        if path.contains('\0') {
+            return Err(OpenFailure::BadPath);
+        }
+        match std::fs::metadata(Path::new(path)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(OpenFailure::Missing);
+            }
+            Err(e) => return Err(OpenFailure::Unreadable(e.to_string())),
+            Ok(m) if !m.is_file() => return Err(OpenFailure::NotAFile),
+            Ok(_) => {}
+        }
+        // The `file:` protocol, so a name with a colon is never taken for a URL scheme.
+        let url = format!("file:{path}");
+        let input =
+            ffmpeg::format::input(&url).map_err(|e| OpenFailure::NotMedia(e.to_string()))?;
+        // The first video stream, as OpenCV picks it (not FFmpeg's "best" one).
+        let stream = input
+            .streams()
+            .find(|s| s.parameters().medium() == media::Type::Video)
+            .ok_or(OpenFailure::NoVideoStream)?;
+        let stream_index = stream.index();
+        let time_base = stream.time_base();
+        let start_time = stream.start_time();
+        let parameters = stream.parameters();
+        let id = parameters.id();
+        let Some(found) = codec::decoder::find(id) else {
+            return Err(OpenFailure::UnsupportedCodec(codec_name(id)));
+        };
+        let mut context = codec::context::Context::from_parameters(parameters)
+            .map_err(|e| OpenFailure::DecoderFailed(found.name().to_owned(), e.to_string()))?;
+        // Frame threads, as many as FFmpeg picks for the machine (OpenCV also uses one per
+        // core); the decoded pictures do not depend on it.
+        context.set_threading(threading::Config {
+            kind: threading::Type::Frame,
+            ..threading::Config::default()
+        });
+        let mut decoder = context.decoder();
+        // A bitstream error fails the packet instead of being concealed, so damage is
+        // reported rather than delivered as a smeared picture.
+        decoder.check(Check::EXPLODE);
+        let decoder = decoder
+            .open_as(found)
+            .and_then(|opened| opened.video())
+            .map_err(|e| OpenFailure::DecoderFailed(found.name().to_owned(), e.to_string()))?;
+        Ok(MediaFile {
+            input,
+            stream_index,
+            time_base,
+            start_time,
+            decoder,
+            scaler: None,
+            decoded: RawFrame::empty(),
+            converted: RawFrame::empty(),
+            phase: Phase::Reading,
+            damage: None,
+            next_pts: None,
+            delivered: 0,
+        })
+    }
+
+    /// The codec's FFmpeg name (`h264`, `hevc`, …).
+    fn codec_name(&self) -> String {
+        codec_name(self.decoder.id())
+    }
+
+    /// The next frame in display order, `Ok(None)` after the last one, or the damage that
+    /// ended the file once every frame decoded before it was returned.
+    fn next_frame(&mut self, swap_channels: bool) -> Result<Option<DecodedFrame>, Damage> {
+        loop {
+            match self.decoder.receive_frame(&mut self.decoded) {
+                Ok(()) => return self.take_decoded(swap_channels).map(Some),
+                Err(ffmpeg::Error::Eof) => {
+                    self.phase = Phase::Finished;
+                    return match self.damage.take() {
+                        Some(d) => Err(d),
+                        None => Ok(None),
+                    };
+                }
+                Err(ffmpeg::Error::Other { errno }) if errno == ffmpeg::util::error::EAGAIN => {}
+                Err(e) => {
+                    self.phase = Phase::Finished;
+                    return Err(self.damage.take().unwrap_or(Damage {
+                        byte_offset: None,
+                        reason: format!("decoding failed: {e}"),
+                    }));
+                }
+            }
+            match self.phase {
+                Phase::Reading => self.feed()?,
+                // The decoder asked for input after end of stream: nothing more will come.
+                Phase::Draining | Phase::Finished => {
+                    self.phase = Phase::Finished;
+                    return match self.damage.take() {
+                        Some(d) => Err(d),
+                        None => Ok(None),
+                    };
+                }
+            }
+        }
+    }
+
+    /// Reads packets until one of the video stream went to the decoder (or the file ended).
+    fn feed(&mut self) -> Result<(), Damage> {
+        let mut packet = Packet::empty();
+        loop {
+            match packet.read(&mut self.input) {
+                Ok(()) => {}
+                Err(ffmpeg::Error::Eof) => {
+                    self.drain();
+                    return Ok(());
+                }
+                Err(ffmpeg::Error::Other { errno }) if errno == ffmpeg::util::error::EAGAIN => {
+                    continue;
+                }
+                Err(e) => {
+                    self.damaged(None, format!("reading the file failed: {e}"));
+                    return Ok(());
+                }
+            }
+            if packet.stream() != self.stream_index {
+                continue;
+            }
+            let offset = Some(packet.position() as i64).filter(|p| *p >= 0);
+            if packet.is_corrupt() {
+                self.damaged(
+                    offset,
+                    "the demuxer marked a packet corrupt (truncated or damaged data)".to_owned(),
+                );
+                return Ok(());
+            }
+            return match self.decoder.send_packet(&packet) {
+                Ok(()) => Ok(()),
+                // No draining here: with frame threads the error may surface a few packets
+                // late, and the decoder already holds later packets that may lean on the
+                // damaged one; the frames it returned before are clean.
+                Err(e) => {
+                    self.phase = Phase::Finished;
+                    Err(Damage {
+                        byte_offset: offset,
+                        reason: format!("decoding failed: {e}"),
+                    })
+                }
+            };
+        }
+    }
+
+    /// End of input: the decoder gives back the frames it still holds.
+    fn drain(&mut self) {
+        self.phase = Phase::Draining;
+        // Fails only when already draining, which the phase rules out.
+        let _ = self.decoder.send_eof();
+    }
+
+    /// Damage the demuxer found at `byte_offset`, before the packet reached the decoder:
+    /// nothing more is read; the frames the decoder holds from earlier (intact) packets
+    /// still come out, up to the first gap in display order, then the error.
+    fn damaged(&mut self, byte_offset: Option<i64>, reason: String) {
+        if self.damage.is_none() {
+            self.damage = Some(Damage {
+                byte_offset,
+                reason,
+            });
+        }
+        if self.phase == Phase::Reading {
+            self.drain();
+        }
+    }
+
+    /// Converts the frame just decoded, unless damage before it ends the file here.
+    fn take_decoded(&mut self, swap_channels: bool) -> Result<DecodedFrame, Damage> {
+        let pts = self.decoded.pts();
+        if self.damage.is_some() {
+            // After damage, only frames that follow the last delivered one without a gap
+            // (a frame whose predecessor in display order was in the damaged part would
+            // come out of order otherwise).
+            let follows = match (self.delivered, self.next_pts, pts) {
+                // The first frame out is the first in display order: nothing before it.
+                (0, _, _) => true,
+                (_, Some(want), Some(got)) => want == got,
+                _ => false,
+            };
+            if !follows {
+                self.phase = Phase::Finished;
+                return Err(self.damage.take().unwrap_or_else(|| Damage {
+                    byte_offset: None,
+                    reason: "frames missing after damage".to_owned(),
+                }));
+            }
+        }
+        if self.decoded.is_corrupt() {
+            let reason = "the decoder marked a frame corrupt".to_owned();
+            self.phase = Phase::Finished;
+            return Err(self.damage.take().unwrap_or(Damage {
+                byte_offset: None,
+                reason,
+            }));
+        }
+        let duration = self.decoded.packet().duration;
+        self.next_pts = match (pts, duration) {
+            (Some(p), d) if d > 0 => p.checked_add(d),
+            _ => None,
+        };
+        let position_ms = position_ms(
+            pts,
+            Some(self.decoded.packet().dts).filter(|d| *d != NOPTS),
+            self.start_time,
+            self.time_base,
+        );
+        let frame = self.convert(swap_channels).map_err(|reason| Damage {
+            byte_offset: None,
+            reason,
+        })?;
+        self.delivered += 1;
+        Ok(DecodedFrame {
+            position_ms,
+            ..frame
+        })
+    }
+
+    /// The decoded picture as packed BGR (or RGB) bytes.
+    fn convert(&mut self, swap_channels: bool) -> Result<DecodedFrame, String> {
+        let (format, width, height) = (
+            self.decoded.format(),
+            self.decoded.width(),
+            self.decoded.height(),
+        );
+        if width == 0 || height == 0 {
+            return Err("the decoder returned an empty picture".to_owned());
+        }
+        let stale = self.scaler.as_ref().is_none_or(|s| {
+            let i = s.input();
+            (i.format, i.width, i.height) != (format, width, height)
+        });
+        if stale {
+            // As sws_getCachedContext: a new context only when the picture changes.
+            let scaler = scaling::Context::get(
+                format,
+                width,
+                height,
+                Pixel::BGR24,
+                width,
+                height,
+                Flags::BICUBIC,
+            )
+            .map_err(|e| format!("cannot convert {format:?} pictures to BGR: {e}"))?;
+            self.scaler = Some(scaler);
+            self.converted = RawFrame::empty();
+        }
+        let Some(scaler) = self.scaler.as_mut() else {
+            return Err("no colour converter".to_owned());
+        };
+        scaler
+            .run(&self.decoded, &mut self.converted)
+            .map_err(|e| format!("colour conversion failed: {e}"))?;
+        if self.converted.planes() == 0 {
+            return Err("colour conversion produced no picture".to_owned());
+        }
+        let row = width as usize * 3;
+        let stride = self.converted.stride(0);
+        let src = self.converted.data(0);
+        let rows = height as usize;
+        if stride < row || src.len() < stride * (rows - 1) + row {
+            return Err("colour conversion produced a short picture".to_owned());
+        }
+        let mut data = Vec::with_capacity(row * rows);
+        for y in 0..rows {
+            let line = &src[y * stride..y * stride + row];
+            if swap_channels {
+                for px in line.chunks_exact(3) {
+                    data.extend_from_slice(&[px[2], px[1], px[0]]);
+                }
+            } else {
+                data.extend_from_slice(line);
+            }
+        }
+        Ok(DecodedFrame {
+            width,
+            height,
+            data,
+            position_ms: 0.0,
+        })
+    }
+}
+
+/// The FFmpeg name of a codec id (`h264`), or its debug form when FFmpeg has none.
+fn codec_name(id: codec::Id) -> String {
+    let name = id.name();
+    if name.is_empty() || name == "none" {
+        format!("{id:?}").to_lowercase()
+    } else {
+        name.to_owned()
+    }
+}
+
+/// OpenCV's `CAP_PROP_POS_MSEC` for a frame (its `dts_to_sec(picture_pts) * 1000`): the
+/// frame's pts unless missing or 0, then the packet's dts; 0 when neither is known. The
+/// arithmetic is OpenCV's (64-bit difference, then doubles) so the values agree to the bit.
+pub(crate) fn position_ms(
+    pts: Option<i64>,
+    pkt_dts: Option<i64>,
+    start_time: i64,
+    time_base: Rational,
+) -> f64 {
+    let picture_pts = match pts {
+        Some(p) if p != 0 => Some(p),
+        _ => pkt_dts,
+    };
+    let Some(picture_pts) = picture_pts else {
+        return 0.0;
+    };
+    let r2d = if time_base.numerator() == 0 || time_base.denominator() == 0 {
+        0.0
+    } else {
+        f64::from(time_base.numerator()) / f64::from(time_base.denominator())
+    };
+    (picture_pts.wrapping_sub(start_time) as f64) * r2d * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn position_follows_opencv() {
+        let tb = Rational::new(1, 12800);
+        assert_eq!(position_ms(Some(512), Some(0), 0, tb), 40.0);
+        // pts 0 falls back to the packet's dts, as OpenCV does.
+        assert_eq!(position_ms(Some(0), Some(-1024), 0, tb), -80.0);
+        assert_eq!(position_ms(Some(0), None, 0, tb), 0.0);
+        assert_eq!(position_ms(None, None, 0, tb), 0.0);
+        assert_eq!(position_ms(Some(1000), None, 1000, tb), 0.0);
+        assert_eq!(position_ms(Some(5), None, 0, Rational::new(0, 1)), 0.0);
+    }
+}

@@ -1,0 +1,101 @@
+//! The video nodes, over FFmpeg's libraries (cargo feature `video`, on by default).
+//!
+//! - [`media`] — one local video file opened, decoded and converted to packed BGR as
+//!   OpenCV's FFmpeg backend does it (what 1.0.4 reads files with), so frames match the
+//!   reference byte for byte; damage is typed, never concealed.
+//! - [`reader`] — `videoflow.producers.video.VideoFileReader`: 1.0.4's parameters, its
+//!   `(index, frame)` outputs and event timestamps, over [`media`].
+//! - [`encode`] — frames to a file through FFmpeg's encoders and muxers, on its own thread.
+//! - [`writer`] — 1.0.4's `VideofileWriter` (`.avi`, Motion JPEG) and our H.264
+//!   `VideoFileWriter` (MP4/MKV/MOV), over [`encode`].
+//!
+//! Why a feature: the statically linked musl worker (Dockerfile.worker, copied into user
+//! images by the init container) has no libav to link. Built without it, the registry still
+//! knows the video classes and refuses them with a `VF_CONFIG` error that says why, instead
+//! of calling them unknown.
+
+#[cfg(feature = "video")]
+mod encode;
+#[cfg(feature = "video")]
+mod media;
+#[cfg(feature = "video")]
+pub mod reader;
+#[cfg(feature = "video")]
+pub mod writer;
+
+use videoflow_core::errors::VfError;
+
+use super::params::Params;
+use super::{Consumer, Producer};
+
+/// `VideoFileReader` from its params (`class` names it in errors).
+#[cfg(feature = "video")]
+pub(crate) fn file_reader(
+    p: &mut Params<'_>,
+    class: &'static str,
+) -> Result<Box<dyn Producer>, VfError> {
+    reader::VideoFileReader::from_params(p, class).map(|r| Box::new(r) as Box<dyn Producer>)
+}
+
+/// 1.0.4's `VideofileWriter` from its params.
+#[cfg(feature = "video")]
+pub(crate) fn reference_writer(
+    p: &mut Params<'_>,
+    class: &'static str,
+) -> Result<Box<dyn Consumer>, VfError> {
+    writer::VideoWriter::reference(p, class).map(|w| Box::new(w) as Box<dyn Consumer>)
+}
+
+/// Our H.264 `VideoFileWriter` from its params.
+#[cfg(feature = "video")]
+pub(crate) fn h264_writer(
+    p: &mut Params<'_>,
+    class: &'static str,
+) -> Result<Box<dyn Consumer>, VfError> {
+    writer::VideoWriter::h264(p, class).map(|w| Box::new(w) as Box<dyn Consumer>)
+}
+
+/// Without the `video` feature: refused (see [`without_video`]).
+#[cfg(not(feature = "video"))]
+pub(crate) fn reference_writer(
+    _p: &mut Params<'_>,
+    class: &'static str,
+) -> Result<Box<dyn Consumer>, VfError> {
+    Err(without_video(class))
+}
+
+/// Without the `video` feature: refused (see [`without_video`]).
+#[cfg(not(feature = "video"))]
+pub(crate) fn h264_writer(
+    _p: &mut Params<'_>,
+    class: &'static str,
+) -> Result<Box<dyn Consumer>, VfError> {
+    Err(without_video(class))
+}
+
+/// Without the `video` feature: a `VF_CONFIG` error naming the class and the build.
+#[cfg(not(feature = "video"))]
+pub(crate) fn file_reader(
+    _p: &mut Params<'_>,
+    class: &'static str,
+) -> Result<Box<dyn Producer>, VfError> {
+    Err(without_video(class))
+}
+
+#[cfg(not(feature = "video"))]
+fn without_video(class: &str) -> VfError {
+    use videoflow_core::errors::ErrorCode;
+    VfError::new(
+        ErrorCode::Config,
+        format!(
+            "VF_NODE_CLASS ({class}) is a video node, and this videoflow-worker was built \
+             without video support (the statically linked build has no FFmpeg libraries)."
+        ),
+    )
+    .with_remedy(
+        "Run video nodes on the videoflow-worker image (it carries FFmpeg's libraries), or \
+         build the worker with its default `video` feature.",
+    )
+    .with_context("variable", "VF_NODE_CLASS")
+    .with_context("class", class)
+}
