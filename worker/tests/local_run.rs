@@ -367,15 +367,24 @@ spec:
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The JetStream stream names on the server at `url`.
-fn stream_names(url: &str) -> Vec<String> {
+/// A runtime of its own and a JetStream context on the server at `url`, for reading the
+/// broker's view of a run from a synchronous test.
+fn jetstream(url: &str) -> (tokio::runtime::Runtime, async_nats::jetstream::Context) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    rt.block_on(async {
+    let js = rt.block_on(async {
         let client = async_nats::connect(url).await.expect("connect");
-        let js = async_nats::jetstream::new(client);
+        async_nats::jetstream::new(client)
+    });
+    (rt, js)
+}
+
+/// The JetStream stream names on the server at `url`.
+fn stream_names(url: &str) -> Vec<String> {
+    let (rt, js) = jetstream(url);
+    rt.block_on(async {
         let mut names = js.stream_names();
         let mut out = Vec::new();
         while let Some(name) = names.next().await {
@@ -768,13 +777,8 @@ struct Hop {
 
 impl Hop {
     fn read(url: &str, flow: &str, run: &str, parent: &str, child: &str) -> Hop {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let (rt, js) = jetstream(url);
         rt.block_on(async {
-            let client = async_nats::connect(url).await.expect("connect");
-            let js = async_nats::jetstream::new(client);
             let stream = js
                 .get_stream(naming::stream_name(flow, run, parent))
                 .await
