@@ -152,6 +152,19 @@ pub fn record(f: impl FnOnce(&mut Metrics)) {
     }
 }
 
+/// `[::]:port` accepting IPv4 too (`IPV6_V6ONLY` off, whatever the host's default).
+fn dual_stack_listener(port: u16) -> std::io::Result<tokio::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_only_v6(false)?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    let addr = std::net::SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port));
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    tokio::net::TcpListener::from_std(socket.into())
+}
+
 /// A running health server; dropping it (or [`HealthServer::stop`]) shuts it down.
 #[derive(Debug)]
 pub struct HealthServer {
@@ -173,20 +186,30 @@ impl Drop for HealthServer {
     }
 }
 
-/// Binds `0.0.0.0:port` and serves `/readyz`, `/healthz`, `/metrics` (HEALTH-1..4) on the
+/// Binds `port` on every address, IPv4 and IPv6 (one dual-stack socket; plain `0.0.0.0` where
+/// the host has no IPv6), and serves `/readyz`, `/healthz`, `/metrics` (HEALTH-1..4) on the
 /// current runtime. A port that cannot be bound is ResourceUnavailable (exit 3).
+///
+/// Why dual-stack: on an IPv6-only or dual-stack cluster the kubelet probes the pod's IPv6
+/// address, which a `0.0.0.0` listener never answers.
 pub async fn serve(state: Arc<HealthState>, port: u16) -> Result<HealthServer, VfError> {
-    let listener = tokio::net::TcpListener::bind(("0.0.0.0", port))
-        .await
-        .map_err(|e| {
-            VfError::new(
-                ErrorCode::ResourceUnavailable,
-                format!("The health server cannot listen on 0.0.0.0:{port}: {e}."),
-            )
-            .with_remedy(
-                "Free the port or set VF_HEALTH_PORT to another one (0 disables the server).",
-            )
-        })?;
+    let listener = match dual_stack_listener(port) {
+        Ok(l) => l,
+        Err(v6) => {
+            tracing::debug!("no IPv6 listener ({v6}); IPv4 only");
+            tokio::net::TcpListener::bind(("0.0.0.0", port))
+                .await
+                .map_err(|e| {
+                    VfError::new(
+                        ErrorCode::ResourceUnavailable,
+                        format!("The health server cannot listen on port {port}: {e}."),
+                    )
+                    .with_remedy(
+                        "Free the port or set VF_HEALTH_PORT to another one (0 disables the server).",
+                    )
+                })?
+        }
+    };
     let local_addr = listener.local_addr().map_err(|e| {
         VfError::new(
             ErrorCode::ResourceUnavailable,
@@ -279,6 +302,36 @@ mod tests {
         assert!(get("/metrics?x=1").await.starts_with("HTTP/1.1 404"));
         assert!(get("/nope").await.ends_with("not found"));
         server.stop();
+    }
+
+    /// The server answers on IPv4 and IPv6 loopback alike (dual-stack), where the host has
+    /// IPv6.
+    #[tokio::test]
+    async fn health_server_listens_dual_stack() {
+        let state = Arc::new(HealthState::new("n"));
+        let server = serve(state, 0).await.expect("binds");
+        let port = server.local_addr.port();
+        let v4 = tokio::task::spawn_blocking(move || http_get(port, "/healthz"))
+            .await
+            .expect("v4");
+        assert!(v4.starts_with("HTTP/1.1 200"), "{v4}");
+        if std::net::TcpListener::bind(("::1", 0)).is_ok() {
+            let v6 = tokio::task::spawn_blocking(move || {
+                use std::io::{Read, Write};
+                let mut s = std::net::TcpStream::connect(("::1", port)).expect("connect over IPv6");
+                write!(
+                    s,
+                    "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                )
+                .expect("write");
+                let mut out = String::new();
+                s.read_to_string(&mut out).expect("read");
+                out
+            })
+            .await
+            .expect("v6");
+            assert!(v6.starts_with("HTTP/1.1 200"), "{v6}");
+        }
     }
 
     fn http_get(port: u16, path: &str) -> String {
