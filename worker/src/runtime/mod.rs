@@ -129,23 +129,77 @@ async fn start(env: &Environment, signals: &Signals) -> Result<i32, VfError> {
     if signals.interrupt.is_set() {
         return Ok(EXIT_INTERRUPTED); // START-3: SIGINT before the loop
     }
+    let code = run_loop(
+        &cfg, node, &broker, blob, output, signals, &ledger, epoch, &mut ctx,
+    )
+    .await?;
+    end_of_slot(&cfg, slot, signals).await?;
+    Ok(code)
+}
+
+/// After the loop: a replica whose slot lease was lost stops with a typed reason and a
+/// termination record (another replica carries the slot on; CTRL-2: no EOS was sent); one that
+/// ends cleanly releases its lease, so the next claimant of the slot need not wait a lease
+/// length (a rollout replaces every replica).
+async fn end_of_slot(
+    cfg: &WorkerConfig,
+    slot: Option<crate::store::SlotClaim>,
+    signals: &Signals,
+) -> Result<(), VfError> {
+    let Some(slot) = slot else {
+        return Ok(());
+    };
+    if signals.stop.reason().as_deref() == Some(crate::store::lease::STOP_REASON_AUTHORITY_LOST) {
+        return Err(VfError::new(
+            ErrorCode::StaleAuthority,
+            format!(
+                "{} lost the lease of its replica slot {} (epoch {}): it stopped without an \
+                 end-of-stream, so the process that holds the slot now carries on.",
+                cfg.node_name, slot.replica, slot.lease.epoch
+            ),
+        )
+        .with_remedy(
+            "Usually a ledger outage longer than VF_PARTITION_LEASE_SECONDS, or a process that \
+             was paused that long; the platform restarts this replica, which claims a free slot.",
+        )
+        .with_context("slot", slot.replica));
+    }
+    if let Err(e) = slot.lease.release().await {
+        tracing::warn!(
+            "slot lease not released (it lapses by itself): {}",
+            e.log_line()
+        );
+    }
+    Ok(())
+}
+
+/// The producer loop, or the processor/consumer loop with its inputs, until it ends.
+#[allow(clippy::too_many_arguments)]
+async fn run_loop(
+    cfg: &Arc<WorkerConfig>,
+    node: BuiltNode,
+    broker: &Broker,
+    blob: Option<BlobStore>,
+    output: Output,
+    signals: &Signals,
+    ledger: &RunLedger,
+    epoch: u64,
+    ctx: &mut NodeContext,
+) -> Result<i32, VfError> {
     match node {
         BuiltNode::Producer(mut producer) => {
             let mut output = output;
-            let _health = guards::start_health(&cfg, &broker).await?; // step 9
-            match produce::run(&cfg, producer.as_mut(), &mut ctx, &mut output, signals).await? {
+            let _health = guards::start_health(cfg, broker).await?; // step 9
+            match produce::run(cfg, producer.as_mut(), ctx, &mut output, signals).await? {
                 ProducerEnd::Finished => Ok(0),
                 ProducerEnd::Quiesced => Ok(EXIT_TERMINATED),
             }
         }
         BuiltNode::Processor(mut processor) => {
             processor.check_inputs(cfg.parent_names.len())?;
-            let mut lp = build_loop(&cfg, &broker, blob, output, signals, &ledger, epoch).await?;
-            let _health = guards::start_health(&cfg, &broker).await?; // step 9
-            finish(
-                lp.run(Sink::Processor(processor.as_mut()), &mut ctx)
-                    .await?,
-            )
+            let mut lp = build_loop(cfg, broker, blob, output, signals, ledger, epoch).await?;
+            let _health = guards::start_health(cfg, broker).await?; // step 9
+            finish(lp.run(Sink::Processor(processor.as_mut()), ctx).await?)
         }
         BuiltNode::Consumer {
             node: mut consumer,
@@ -167,12 +221,9 @@ async fn start(env: &Environment, signals: &Signals) -> Result<i32, VfError> {
                 }
                 _ => None,
             };
-            let mut lp = build_loop(&cfg, &broker, blob, output, signals, &ledger, epoch).await?;
-            let _health = guards::start_health(&cfg, &broker).await?; // step 9
-            finish(
-                lp.run(Sink::Consumer(consumer.as_mut(), idem), &mut ctx)
-                    .await?,
-            )
+            let mut lp = build_loop(cfg, broker, blob, output, signals, ledger, epoch).await?;
+            let _health = guards::start_health(cfg, broker).await?; // step 9
+            finish(lp.run(Sink::Consumer(consumer.as_mut(), idem), ctx).await?)
         }
     }
 }

@@ -339,8 +339,10 @@ impl LeaseHolder {
 
     /// Starts renewing every [`renew_period`](Self::renew_period) in the background. A
     /// renewal that finds another epoch or token sets `stop` with `authority-lost` (§11.2)
-    /// and ends; a ledger blip is logged and retried at the next period. Dropping the
-    /// holder stops the renewal.
+    /// and ends; a ledger blip is logged and retried at the next period — but once no renewal
+    /// has succeeded for a whole lease length, the lease has lapsed as others see it (another
+    /// process may claim the slot now), so this one fences itself: `authority-lost` too.
+    /// Dropping the holder stops the renewal.
     pub fn keep_alive(&mut self, stop: StopFlag) {
         let period = self.renew_period();
         let renewer = LeaseHolder {
@@ -354,12 +356,23 @@ impl LeaseHolder {
             renewal: None,
         };
         self.renewal = Some(tokio::spawn(async move {
+            let mut renewed = tokio::time::Instant::now();
             loop {
                 tokio::time::sleep(period).await;
                 match renewer.renew().await {
-                    Ok(()) => {}
+                    Ok(()) => renewed = tokio::time::Instant::now(),
                     Err(e) if e.code == ErrorCode::StaleAuthority => {
                         tracing::error!("{}", e.log_line());
+                        stop.set(STOP_REASON_AUTHORITY_LOST);
+                        return;
+                    }
+                    Err(e) if renewed.elapsed() >= renewer.lease => {
+                        tracing::error!(
+                            "{}: no lease renewal for {:?}, the lease has lapsed; stopping: {}",
+                            renewer.owner,
+                            renewer.lease,
+                            e.log_line()
+                        );
                         stop.set(STOP_REASON_AUTHORITY_LOST);
                         return;
                     }
@@ -391,5 +404,50 @@ mod tests {
             .expect("test value");
         assert_eq!(c.lease.epoch, 2);
         assert!(a.lease.renew().await.is_err() || c.replica == 1);
+    }
+
+    /// A holder whose renewals keep failing (the ledger is gone) fences itself once a whole
+    /// lease length passed without one: `authority-lost`, as if another holder took it.
+    #[tokio::test]
+    async fn a_lease_that_cannot_be_renewed_for_a_lease_length_fences_the_holder() {
+        let redis = videoflow_testkit::RedisServer::start().expect("redis-server");
+        let store = RuntimeStore::open(&redis.url()).expect("redis store");
+        let lease = Duration::from_millis(1500);
+        let mut claim = claim_slot(&store, "f", "r", "n", 2, "a", lease)
+            .await
+            .expect("claimed");
+        let stop = StopFlag::new();
+        claim.lease.keep_alive(stop.clone());
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(
+            stop.reason().is_none(),
+            "renewals succeed while the ledger is there"
+        );
+        // The ledger goes away: every renewal now fails as unreachable (transient), never
+        // as stale, so only the fence can stop this holder.
+        drop(redis);
+        let fenced = tokio::time::timeout(Duration::from_secs(6), stop.wait()).await;
+        assert!(fenced.is_ok(), "fenced within a lease length plus a period");
+        assert_eq!(stop.reason().as_deref(), Some(STOP_REASON_AUTHORITY_LOST));
+    }
+
+    /// A clean release sets `lease_until` to 0: the next claimant takes the slot at once.
+    #[tokio::test]
+    async fn a_released_slot_is_claimed_at_once() {
+        let store = RuntimeStore::Memory(super::super::MemoryStore::new());
+        let lease = Duration::from_secs(30);
+        let a = claim_slot(&store, "f", "r", "n", 1, "a", lease)
+            .await
+            .expect("claimed");
+        a.lease.release().await.expect("released");
+        let started = std::time::Instant::now();
+        let b = claim_slot(&store, "f", "r", "n", 1, "b", lease)
+            .await
+            .expect("claimed after the release");
+        assert_eq!(b.replica, 0);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no wait for a 30 s lease"
+        );
     }
 }
