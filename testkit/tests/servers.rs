@@ -55,3 +55,40 @@ fn redis_server_answers_and_two_run_side_by_side() {
     }
     assert_eq!(lines[4], "yes", "{lines:?}");
 }
+
+/// Three routed servers form one JetStream cluster: the meta group elects a leader and every
+/// server sees three peers, so R3 streams can be created on it.
+#[test]
+fn a_three_node_jetstream_cluster_forms() {
+    let cluster = videoflow_testkit::NatsCluster::start(3).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cluster.url().matches("nats://127.0.0.1:").count(), 3);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut last = String::new();
+    for base in cluster.monitoring_urls() {
+        loop {
+            last = http_get(&base, "/jsz");
+            if last.contains("\"leader\"") && last.contains("\"cluster_size\": 3") {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no JetStream meta leader over 3 peers at {base}: {last}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+    assert!(last.contains("\"meta_cluster\""), "{last}");
+}
+
+/// The body of `GET <base><path>` (plain HTTP/1.0 on loopback).
+fn http_get(base: &str, path: &str) -> String {
+    use std::io::Read;
+    let addr = base.trim_start_matches("http://");
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned()
+}
