@@ -5,30 +5,41 @@
 //! new document, never half of one. `get`, `cas` and `delete` hold an exclusive `flock` on
 //! `<file>.json.lock` — the same lock files 1.0.4 takes, so implementations can share a
 //! directory. Logs are `<log>.log`, one hex record per line, appended under
-//! `log:<log>.json.lock`. Blocking file work runs on tokio's blocking pool.
+//! `log:<log>.json.lock`; the store keeps each log's line count, so an append reads only what
+//! another writer (a sibling replica, a 1.0.4 worker) appended since ([`logs`]). Blocking file
+//! work runs on tokio's blocking pool.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+mod disk;
+mod logs;
+
+use std::fs::{self, File};
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
-use serde_json::json;
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::partition::py_repr_str;
 
 use super::kv::{ScanRow, Versioned};
+use disk::{
+    decode, doc_bytes, doc_path, key_lock_name, lock, log_lock_name, log_path, next_version,
+    read_doc, read_lines,
+};
+use logs::Logs;
 
-/// The file store rooted at one directory.
-#[derive(Debug, Clone)]
+/// The file store rooted at one directory. Clones share what it knows of its logs.
+#[derive(Clone)]
 pub struct FileStore {
     root: PathBuf,
+    logs: Arc<Mutex<Logs>>,
 }
 
-fn encode(key: &str) -> String {
-    key.replace('/', "%2F")
-}
-
-fn decode(name: &str) -> String {
-    name.replace("%2F", "/")
+impl std::fmt::Debug for FileStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileStore")
+            .field("root", &self.root)
+            .finish_non_exhaustive()
+    }
 }
 
 fn io_error(verb: &str, key: &str, e: impl std::fmt::Display) -> VfError {
@@ -86,7 +97,10 @@ impl FileStore {
             )
             .with_remedy("Point VF_RUNTIME_STORE_URL at a writable directory.")
         })?;
-        Ok(FileStore { root })
+        Ok(FileStore {
+            root,
+            logs: Arc::new(Mutex::new(Logs::default())),
+        })
     }
 
     /// The directory.
@@ -116,8 +130,8 @@ impl FileStore {
     pub async fn get(&self, key: &str) -> Result<Option<Versioned>, VfError> {
         let k = key.to_owned();
         self.blocking("reading", key, move |root| {
-            let _lock = lock(root, &format!("{}.json.lock", encode(&k)))?;
-            read_doc(&root.join(format!("{}.json", encode(&k))))
+            let _lock = lock(root, &key_lock_name(&k))?;
+            read_doc(&doc_path(root, &k))
         })
         .await
     }
@@ -134,17 +148,14 @@ impl FileStore {
     ) -> Result<bool, VfError> {
         let (k, expected, value) = (key.to_owned(), expected.map(str::to_owned), value.to_vec());
         self.blocking("writing", key, move |root| {
-            let _lock = lock(root, &format!("{}.json.lock", encode(&k)))?;
-            let path = root.join(format!("{}.json", encode(&k)));
+            let _lock = lock(root, &key_lock_name(&k))?;
+            let path = doc_path(root, &k);
             let current = read_doc(&path)?;
             if current.as_ref().map(|c| c.version.as_str()) != expected.as_deref() {
                 return Ok(false);
             }
-            let next = current
-                .and_then(|c| c.version.parse::<u64>().ok())
-                .map_or(1, |n| n + 1);
-            let doc = json!({"value": hex::encode(&value), "version": next});
-            write_atomically(&path, doc.to_string().as_bytes())?;
+            let doc = doc_bytes(&value, next_version(current.as_ref()));
+            write_atomically(&path, &doc)?;
             Ok(true)
         })
         .await
@@ -155,14 +166,29 @@ impl FileStore {
     /// # Errors
     /// `VF_TRANSIENT` on an I/O failure.
     pub async fn append(&self, log: &str, record: &[u8]) -> Result<u64, VfError> {
-        let (l, record) = (log.to_owned(), record.to_vec());
+        self.append_all(log, vec![record.to_vec()]).await
+    }
+
+    /// `append` of every record in order, in one write and one sync; returns the line count
+    /// after the last.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` on an I/O failure.
+    pub async fn append_all(&self, log: &str, records: Vec<Vec<u8>>) -> Result<u64, VfError> {
+        let (l, logs) = (log.to_owned(), self.logs.clone());
         self.blocking("appending to", log, move |root| {
-            let _lock = lock(root, &format!("log:{}.json.lock", encode(&l)))?;
-            let path = root.join(format!("{}.log", encode(&l)));
-            let mut file = OpenOptions::new().create(true).append(true).open(&path)?;
-            writeln!(file, "{}", hex::encode(&record))?;
-            file.sync_all()?;
-            Ok(read_lines(&path)?.len() as u64)
+            let _lock = lock(root, &log_lock_name(&l))?;
+            // Only this store's own threads wait here, and only for one append.
+            let mut logs = logs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let written = logs.write(root, &l, &[records.as_slice()])?;
+            written.file.sync_all()?;
+            if written.created {
+                // A new log is durable only once its directory entry is.
+                File::open(root)?.sync_all()?;
+            }
+            Ok(written.counts.last().copied().unwrap_or(0))
         })
         .await
     }
@@ -174,7 +200,7 @@ impl FileStore {
     pub async fn log_entries(&self, log: &str) -> Result<Vec<Vec<u8>>, VfError> {
         let l = log.to_owned();
         self.blocking("reading", log, move |root| {
-            read_lines(&root.join(format!("{}.log", encode(&l))))?
+            read_lines(&log_path(root, &l))?
                 .iter()
                 .map(|line| hex::decode(line).map_err(std::io::Error::other))
                 .collect()
@@ -217,8 +243,8 @@ impl FileStore {
     pub async fn delete(&self, key: &str, expected: Option<&str>) -> Result<bool, VfError> {
         let (k, expected) = (key.to_owned(), expected.map(str::to_owned));
         self.blocking("deleting", key, move |root| {
-            let _lock = lock(root, &format!("{}.json.lock", encode(&k)))?;
-            let path = root.join(format!("{}.json", encode(&k)));
+            let _lock = lock(root, &key_lock_name(&k))?;
+            let path = doc_path(root, &k);
             let Some(current) = read_doc(&path)? else {
                 return Ok(expected.is_none());
             };
@@ -230,41 +256,6 @@ impl FileStore {
         })
         .await
     }
-}
-
-/// An exclusive `flock` on `root/name`, released when the file is dropped.
-fn lock(root: &Path, name: &str) -> std::io::Result<File> {
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(root.join(name))?;
-    file.lock()?;
-    Ok(file)
-}
-
-fn read_doc(path: &Path) -> std::io::Result<Option<Versioned>> {
-    let text = match fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let doc: serde_json::Value = serde_json::from_str(&text).map_err(std::io::Error::other)?;
-    let value = doc["value"]
-        .as_str()
-        .and_then(|h| hex::decode(h).ok())
-        .ok_or_else(|| std::io::Error::other(format!("{} has no hex value", path.display())))?;
-    let version = match &doc["version"] {
-        serde_json::Value::Number(n) => n.to_string(),
-        serde_json::Value::String(s) => s.clone(),
-        _ => {
-            return Err(std::io::Error::other(format!(
-                "{} has no version",
-                path.display()
-            )));
-        }
-    };
-    Ok(Some(Versioned { value, version }))
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -279,32 +270,5 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     fs::rename(&tmp, path)
 }
 
-fn read_lines(path: &Path) -> std::io::Result<Vec<String>> {
-    match File::open(path) {
-        Ok(f) => BufReader::new(f)
-            .lines()
-            .filter(|l| !l.as_ref().is_ok_and(String::is_empty))
-            .collect(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(e),
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn store_4_directory_from_url() {
-        let e = FileStore::from_url("file://").expect_err("must fail");
-        assert_eq!(
-            e.message,
-            "file:// runtime store URL 'file://' names no directory. Use file:///path/to/ledger."
-        );
-        let dir = std::env::temp_dir().join(format!("vf-store-{}", uuid::Uuid::new_v4().simple()));
-        let s =
-            FileStore::from_url(&format!("file://localhost{}", dir.display())).expect("test value");
-        assert_eq!(s.root(), dir.as_path());
-        let _ = fs::remove_dir_all(dir);
-    }
-}
+mod tests;
