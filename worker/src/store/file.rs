@@ -1,45 +1,38 @@
 //! `file://<dir>` (STORE-4): the ledger of every worker on one host.
 //!
 //! One file per key, `<key with "/" → "%2F">.json` holding `{"value": "<hex>", "version": n}`,
-//! written to `<file>.json.tmp`, fsynced and renamed over, so a crash leaves the old or the
+//! written to `<file>.json.tmp`, synced and renamed over, so a crash leaves the old or the
 //! new document, never half of one. `get`, `cas` and `delete` hold an exclusive `flock` on
 //! `<file>.json.lock` — the same lock files 1.0.4 takes, so implementations can share a
 //! directory. Logs are `<log>.log`, one hex record per line, appended under
-//! `log:<log>.json.lock`; the store keeps each log's line count, so an append reads only what
-//! another writer (a sibling replica, a 1.0.4 worker) appended since ([`logs`]). Blocking file
-//! work runs on tokio's blocking pool.
+//! `log:<log>.json.lock`.
+//!
+//! Writes (`cas`, `append`) go through one writer thread per store that commits whatever is
+//! queued as one batch — one parallel round of syncs and one directory sync — and answers each
+//! caller only once its record is durable (see [`commit`]). It keeps each log's line count,
+//! so an append reads only what another writer (a sibling replica, a 1.0.4 worker) appended
+//! since. Reads run on tokio's blocking pool.
 
+mod commit;
 mod disk;
 mod logs;
 
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::partition::py_repr_str;
 
 use super::kv::{ScanRow, Versioned};
-use disk::{
-    decode, doc_bytes, doc_path, key_lock_name, lock, log_lock_name, log_path, next_version,
-    read_doc, read_lines,
-};
-use logs::Logs;
+use commit::{Committer, Op};
+use disk::{decode, doc_path, key_lock_name, lock, log_path, read_doc, read_lines};
 
-/// The file store rooted at one directory. Clones share what it knows of its logs.
-#[derive(Clone)]
+/// The file store rooted at one directory. Clones share the writer thread.
+#[derive(Debug, Clone)]
 pub struct FileStore {
     root: PathBuf,
-    logs: Arc<Mutex<Logs>>,
-}
-
-impl std::fmt::Debug for FileStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FileStore")
-            .field("root", &self.root)
-            .finish_non_exhaustive()
-    }
+    committer: Arc<Committer>,
 }
 
 fn io_error(verb: &str, key: &str, e: impl std::fmt::Display) -> VfError {
@@ -49,6 +42,9 @@ fn io_error(verb: &str, key: &str, e: impl std::fmt::Display) -> VfError {
     )
     .with_remedy("Check the directory behind VF_RUNTIME_STORE_URL (space, permissions).")
 }
+
+/// What a caller gets when the writer thread is gone (it ended or could not answer).
+const WRITER_GONE: &str = "the store's writer thread stopped";
 
 impl FileStore {
     /// The store for a `file://` URL: directory = host + path unless the host is empty or
@@ -97,15 +93,31 @@ impl FileStore {
             )
             .with_remedy("Point VF_RUNTIME_STORE_URL at a writable directory.")
         })?;
+        let committer = Committer::start(root.clone()).map_err(|e| {
+            VfError::new(
+                ErrorCode::Config,
+                format!(
+                    "cannot start the writer thread of the runtime store {}: {e}",
+                    root.display()
+                ),
+            )
+            .with_remedy("Raise the process's thread limit.")
+        })?;
         Ok(FileStore {
             root,
-            logs: Arc::new(Mutex::new(Logs::default())),
+            committer: Arc::new(committer),
         })
     }
 
     /// The directory.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// `(batches, operations)` the writer thread committed so far: operations per batch is
+    /// how much group commit saved.
+    pub fn commit_stats(&self) -> (u64, u64) {
+        self.committer.stats()
     }
 
     async fn blocking<T: Send + 'static>(
@@ -136,7 +148,7 @@ impl FileStore {
         .await
     }
 
-    /// STORE-1 `cas`.
+    /// STORE-1 `cas`, answered once the new document is durable (group commit).
     ///
     /// # Errors
     /// `VF_TRANSIENT` on an I/O failure.
@@ -146,22 +158,17 @@ impl FileStore {
         expected: Option<&str>,
         value: &[u8],
     ) -> Result<bool, VfError> {
-        let (k, expected, value) = (key.to_owned(), expected.map(str::to_owned), value.to_vec());
-        self.blocking("writing", key, move |root| {
-            let _lock = lock(root, &key_lock_name(&k))?;
-            let path = doc_path(root, &k);
-            let current = read_doc(&path)?;
-            if current.as_ref().map(|c| c.version.as_str()) != expected.as_deref() {
-                return Ok(false);
-            }
-            let doc = doc_bytes(&value, next_version(current.as_ref()));
-            write_atomically(&path, &doc)?;
-            Ok(true)
-        })
-        .await
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let op = Op::Cas {
+            key: key.to_owned(),
+            expected: expected.map(str::to_owned),
+            value: value.to_vec(),
+            reply,
+        };
+        self.committed("writing", key, op, answer).await
     }
 
-    /// STORE-1 `append`: one hex line, fsynced; returns the line count.
+    /// STORE-1 `append`: one hex line, durable before it is answered; returns the line count.
     ///
     /// # Errors
     /// `VF_TRANSIENT` on an I/O failure.
@@ -169,28 +176,37 @@ impl FileStore {
         self.append_all(log, vec![record.to_vec()]).await
     }
 
-    /// `append` of every record in order, in one write and one sync; returns the line count
-    /// after the last.
+    /// `append` of every record in order, in one write; returns the line count after the
+    /// last.
     ///
     /// # Errors
     /// `VF_TRANSIENT` on an I/O failure.
     pub async fn append_all(&self, log: &str, records: Vec<Vec<u8>>) -> Result<u64, VfError> {
-        let (l, logs) = (log.to_owned(), self.logs.clone());
-        self.blocking("appending to", log, move |root| {
-            let _lock = lock(root, &log_lock_name(&l))?;
-            // Only this store's own threads wait here, and only for one append.
-            let mut logs = logs
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let written = logs.write(root, &l, &[records.as_slice()])?;
-            written.file.sync_all()?;
-            if written.created {
-                // A new log is durable only once its directory entry is.
-                File::open(root)?.sync_all()?;
-            }
-            Ok(written.counts.last().copied().unwrap_or(0))
-        })
-        .await
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let op = Op::Append {
+            log: log.to_owned(),
+            records,
+            reply,
+        };
+        self.committed("appending to", log, op, answer).await
+    }
+
+    /// Queues `op` for the writer thread and waits for its answer.
+    async fn committed<T>(
+        &self,
+        verb: &str,
+        key: &str,
+        op: Op,
+        answer: tokio::sync::oneshot::Receiver<std::io::Result<T>>,
+    ) -> Result<T, VfError> {
+        if self.committer.submit(op).is_err() {
+            return Err(io_error(verb, key, WRITER_GONE));
+        }
+        match answer.await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(io_error(verb, key, e)),
+            Err(_) => Err(io_error(verb, key, WRITER_GONE)),
+        }
     }
 
     /// STORE-1 `log_entries`.
@@ -256,18 +272,6 @@ impl FileStore {
         })
         .await
     }
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    {
-        let mut file = File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-    }
-    fs::rename(&tmp, path)
 }
 
 #[cfg(test)]

@@ -245,6 +245,23 @@ impl RedisStore {
         .await
     }
 
+    /// `append` of every record in order: one RPUSH with every value; returns the list's
+    /// length after the last.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when Redis cannot be written.
+    pub async fn append_all(&self, log: &str, records: &[Vec<u8>]) -> Result<u64, VfError> {
+        let k = format!("{KEY_PREFIX}log:{log}");
+        self.with_conn("appending to", log, async move |c| {
+            redis::cmd("RPUSH")
+                .arg(&k)
+                .arg(records)
+                .query_async(c)
+                .await
+        })
+        .await
+    }
+
     /// STORE-1 `log_entries` (LRANGE 0 -1).
     ///
     /// # Errors
