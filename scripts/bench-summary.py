@@ -176,6 +176,17 @@ def main():
         row("Worker RSS steady, identity at 1 KiB (MiB)", rng(mib, 1), "≤ 16 MiB", mib["max"] <= 16)
         for who in ("producer", "identity", "sink"):
             row(f"CPU-ms per 1000 msgs, {who}", rng(ident[f"cpu_ms_per_1000_{who}"], 1), "—", None)
+    il = flow.get("identity_hop_ledger", {})
+    if "identity_msgs_s" in il:
+        row(f"Identity hop with the shared file:// ledger, 1 KiB, BATCH, n={il['n']} (msg/s)",
+            rng(il["identity_msgs_s"]), "—", None)
+        if "identity_msgs_s" in ident:
+            share = il["identity_msgs_s"]["min"] / ident["identity_msgs_s"]["min"]
+            summary["ledger_identity_over_no_ledger_worst"] = share
+            row("Identity hop with the file ledger / without a ledger (worst repetitions)", f"{share:.1%}",
+                "≥ 25 %", share >= 0.25)
+        for who in ("producer", "identity", "sink"):
+            row(f"CPU-µs per message with the file ledger, {who}", rng(il[f"cpu_ms_per_1000_{who}"], 1), "—", None)
     ov = flow.get("realtime_overload", {})
     if "median_ms" in ov:
         row("REALTIME overload 100 msg/s → 25 ms stage: delivered", f"{ov['delivered_fraction']:.1%} (stage capacity 40 %)", "—", None)

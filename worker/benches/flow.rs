@@ -737,9 +737,18 @@ fn cpu_ms(p: &Proc, tck: f64) -> f64 {
     p.ticks as f64 * 1000.0 / tck
 }
 
-fn identity_once(rt: &tokio::runtime::Runtime, redis: &str, n: u64, tck: f64) -> R<Json> {
+/// `ledger`: every stage on one shared `file://` run ledger (what `videoflow-worker run` gives
+/// every local run): per message a `received/…` append and, for the stages with children, an
+/// `outbox/…` record, each durable before its input is acked.
+fn identity_once(
+    rt: &tokio::runtime::Runtime,
+    redis: &str,
+    n: u64,
+    tck: f64,
+    ledger: bool,
+) -> R<Json> {
     // 1 KiB frames: 32 × 32 × 1 uint8.
-    let yaml = flow_yaml(
+    let mut yaml = flow_yaml(
         "batch",
         false,
         &[
@@ -748,6 +757,9 @@ fn identity_once(rt: &tokio::runtime::Runtime, redis: &str, n: u64, tck: f64) ->
             void_node("sink", "same"),
         ],
     );
+    if ledger {
+        yaml = with_file_ledger(&yaml);
+    }
     let mut b = Bench::new(rt, redis, &yaml)?;
     let w_src = Watch::start(rt, b.client(), b.data_subject("src"));
     let w_same = Watch::start(rt, b.client(), b.data_subject("same"));
@@ -796,15 +808,39 @@ fn identity_once(rt: &tokio::runtime::Runtime, redis: &str, n: u64, tck: f64) ->
     }))
 }
 
-fn identity(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f64) -> R<Json> {
-    let n = o.pick(20_000, 3_000);
+/// The flow text with a shared `file://` run ledger under the run's directory.
+fn with_file_ledger(yaml: &str) -> String {
+    yaml.replacen(
+        "  nodes:\n",
+        "  runtimeStore: {url: \"file://{{DIR}}/ledger\"}\n  nodes:\n",
+        1,
+    )
+}
+
+/// `ledger`: see [`identity_once`]; fewer messages, the ledger's fsyncs set the pace.
+fn identity(
+    rt: &tokio::runtime::Runtime,
+    redis: &str,
+    o: &Opts,
+    tck: f64,
+    ledger: bool,
+) -> R<Json> {
+    let n = if ledger {
+        o.pick(5_000, 1_000)
+    } else {
+        o.pick(20_000, 3_000)
+    };
     let mut runs = Vec::new();
     for rep in 0..o.reps {
-        let r = identity_once(rt, redis, n, tck)?;
+        let r = identity_once(rt, redis, n, tck, ledger)?;
         log(format!(
-            "identity rep {rep}: identity {:.0} msg/s, producer {:.0} msg/s, ok {}",
+            "identity{} rep {rep}: identity {:.0} msg/s, producer {:.0} msg/s, cpu µs/msg identity {:.0}, ok {}",
+            if ledger { " (file ledger)" } else { "" },
             r["identity_msgs_s"].as_f64().unwrap_or(f64::NAN),
             r["producer_msgs_s"].as_f64().unwrap_or(f64::NAN),
+            r["cpu_ms_per_1000"]["identity"]
+                .as_f64()
+                .unwrap_or(f64::NAN),
             r["ok"]
         ));
         runs.push(r);
@@ -812,7 +848,7 @@ fn identity(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f64) -> R<
     let col =
         |f: &dyn Fn(&Json) -> Option<f64>| -> Vec<f64> { runs.iter().filter_map(f).collect() };
     Ok(json!({
-        "n": n, "payload_bytes": KIB,
+        "n": n, "payload_bytes": KIB, "store": if ledger { "file" } else { "memory" },
         "identity_msgs_s": spread(&col(&|r| r["identity_msgs_s"].as_f64())),
         "producer_msgs_s": spread(&col(&|r| r["producer_msgs_s"].as_f64())),
         "sink_msgs_s_incl_startup": spread(&col(&|r| r["sink_msgs_s_incl_startup"].as_f64())),
@@ -925,11 +961,7 @@ fn latency_depth(
     nodes.push(jsonl_node("sink", &parent));
     let mut yaml = flow_yaml("batch", false, &nodes);
     if ledger {
-        yaml = yaml.replacen(
-            "  nodes:\n",
-            "  runtimeStore: {url: \"file://{{DIR}}/ledger\"}\n  nodes:\n",
-            1,
-        );
+        yaml = with_file_ledger(&yaml);
     }
     let mut b = Bench::new(rt, redis, &yaml)?;
     for i in 1..=depth {
@@ -1355,7 +1387,11 @@ fn main() {
         ("ceiling", Box::new(|| ceiling(&rt, &o))),
         (
             "identity_hop",
-            Box::new(|| identity(&rt, &redis_url, &o, tck)),
+            Box::new(|| identity(&rt, &redis_url, &o, tck, false)),
+        ),
+        (
+            "identity_hop_ledger",
+            Box::new(|| identity(&rt, &redis_url, &o, tck, true)),
         ),
         (
             "component_boundary",

@@ -189,6 +189,116 @@ fn ledger(prov: Provisioner, place: &[Runtime]) {
 
 matrix!(ledger, [R, P, R, P, R]);
 
+/// Runs `script` on the reference's interpreter with its `FileRuntimeStore` imported as
+/// `FileRuntimeStore`; its stdout.
+fn reference_store(script: &str) -> std::process::Child {
+    let dir = support::conformance_dir();
+    let prelude = "from videoflow.backends.memory.runtime_store import FileRuntimeStore\n";
+    std::process::Command::new(support::reference_python())
+        .arg("-c")
+        .arg(format!("{prelude}{script}"))
+        .env(
+            "PYTHONPATH",
+            format!("{}:{}", dir.display(), dir.join("interop_stubs").display()),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the reference's python")
+}
+
+fn reference_output(child: std::process::Child) -> String {
+    let out = child.wait_with_output().expect("reference store");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// STORE-4 on one directory shared with 1.0.4's own `FileRuntimeStore`: our appends count
+/// the reference's lines (caught up by length, never re-read), the reference counts ours,
+/// appends racing from both sides lose nothing and number every line once, and CAS versions
+/// interleave.
+#[test]
+fn ledger_file_store_shared_with_the_reference_store() {
+    use videoflow_worker::store::RuntimeStore;
+    let dir = std::env::temp_dir().join(format!("vf-shared-{}", uuid::Uuid::new_v4().simple()));
+    let root = dir.display().to_string();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let ours = RuntimeStore::open(&format!("file://{root}")).expect("store");
+    let log = "vf/f/r/n/received/p/d/r0";
+    rt.block_on(async {
+        for (i, rec) in [b"a", b"b", b"c"].iter().enumerate() {
+            assert_eq!(ours.append(log, *rec).await.expect("append"), i as u64 + 1);
+        }
+    });
+    let theirs = reference_output(reference_store(&format!(
+        "s = FileRuntimeStore({root:?})\nprint(s.append({log:?}, b'p1'), s.append({log:?}, b'p2'))"
+    )));
+    assert_eq!(theirs.trim(), "4 5");
+    rt.block_on(async {
+        assert_eq!(ours.append(log, b"d").await.expect("append"), 6);
+    });
+    // Both sides at once: 50 appends each.
+    let racing = reference_store(&format!(
+        "s = FileRuntimeStore({root:?})\nprint(' '.join(str(s.append({log:?}, b'q%d' % i)) for i in range(50)))"
+    ));
+    let counts: Vec<u64> = rt.block_on(async {
+        let appends = (0..50).map(|i| {
+            let ours = ours.clone();
+            async move {
+                ours.append(log, format!("r{i}").as_bytes())
+                    .await
+                    .expect("append")
+            }
+        });
+        futures::future::join_all(appends).await
+    });
+    let theirs: Vec<u64> = reference_output(racing)
+        .split_whitespace()
+        .map(|n| n.parse().expect("count"))
+        .collect();
+    let mut all: Vec<u64> = counts.iter().chain(&theirs).copied().collect();
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        (7..=106).collect::<Vec<u64>>(),
+        "every append numbered once"
+    );
+    let entries = rt.block_on(ours.log_entries(log)).expect("entries");
+    assert_eq!(entries.len(), 106);
+    for i in 0..50 {
+        assert!(entries.contains(&format!("q{i}").into_bytes()));
+        assert!(entries.contains(&format!("r{i}").into_bytes()));
+    }
+    // CAS versions interleave: ours creates, theirs bumps, ours bumps again.
+    let key = "vf/f/r/n/terminator/p/r0/eos";
+    assert!(rt.block_on(ours.cas(key, None, b"v1")).expect("create"));
+    let theirs = reference_output(reference_store(&format!(
+        "s = FileRuntimeStore({root:?})\nv, ver = s.get({key:?})\nprint(v.decode(), ver, s.cas({key:?}, ver, b'v2'), s.cas({key:?}, ver, b'v3'))"
+    )));
+    assert_eq!(theirs.trim(), "v1 1 True False");
+    rt.block_on(async {
+        let v = ours.get(key).await.expect("get").expect("present");
+        assert_eq!(
+            (v.value.as_slice(), v.version.as_str()),
+            (b"v2".as_slice(), "2")
+        );
+        assert!(ours.cas(key, Some("2"), b"v4").await.expect("cas"));
+    });
+    let theirs = reference_output(reference_store(&format!(
+        "s = FileRuntimeStore({root:?})\nv, ver = s.get({key:?})\nprint(v.decode(), ver, len(s.log_entries({log:?})))"
+    )));
+    assert_eq!(theirs.trim(), "v4 3 106");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 // -- diamond and partitioned join --------------------------------------------------------------
 
 /// The diamond's nodes and their replicas ([`diamond_flow`]), `join` of `pair`, for

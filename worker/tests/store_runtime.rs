@@ -211,6 +211,60 @@ fn store_1_5_redis_cas_logs_scan_delete() {
     });
 }
 
+/// STORE-5: the transactions of a window run side by side, each on a connection of its own
+/// (WATCH state is per connection), and commands outside them pipeline on a shared one:
+/// concurrent CASes and appends from one store all land, versions intact, on more than one
+/// connection.
+#[test]
+fn store_5_redis_transactions_of_a_window_do_not_queue_on_one_connection() {
+    let redis = durable_redis();
+    rt().block_on(async {
+        let client = redis::Client::open(redis.url()).expect("client");
+        let mut admin = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("conn");
+        let clients = async |c: &mut redis::aio::MultiplexedConnection| -> usize {
+            let list: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(c)
+                .await
+                .expect("client list");
+            list.lines().count()
+        };
+        let before = clients(&mut admin).await;
+        let s = RuntimeStore::open(&redis.url()).expect("store");
+        let writes = (0..32).map(|i| {
+            let s = s.clone();
+            async move {
+                let key = format!("vf/f/r/n/outbox/m{i}");
+                assert!(s.cas(&key, None, b"{}").await.expect("create"));
+                assert!(s.cas(&key, Some("1"), b"{\"x\":1}").await.expect("update"));
+                s.append("vf/f/r/n/received", format!("id{i}").as_bytes())
+                    .await
+                    .expect("append")
+            }
+        });
+        let mut counts = futures::future::join_all(writes).await;
+        counts.sort_unstable();
+        assert_eq!(counts, (1..=32).collect::<Vec<u64>>());
+        let opened = clients(&mut admin).await - before;
+        assert!(
+            (3..=1 + videoflow_worker::store::redis::TRANSACTION_CONNECTIONS).contains(&opened),
+            "{opened} connections: one shared, the rest for transactions side by side"
+        );
+        let v = s
+            .get("vf/f/r/n/outbox/m7")
+            .await
+            .expect("get")
+            .expect("present");
+        assert_eq!(
+            (v.value.as_slice(), v.version.as_str()),
+            (b"{\"x\":1}".as_slice(), "2")
+        );
+    });
+}
+
 #[test]
 fn store_1_5_redis_layout_is_a_hash_with_value_and_version() {
     let redis = durable_redis();

@@ -73,6 +73,19 @@ pub(crate) struct StopResult {
     pub(crate) aborted: Vec<(String, Option<WireError>)>,
 }
 
+/// One delivery of a batch being folded.
+enum Step {
+    Terminator(Delivery),
+    Data(Box<Admitted>),
+}
+
+/// A DATA delivery that decoded and is for this node, not yet noted as received.
+struct Admitted {
+    parent: usize,
+    held: Held,
+    env: Envelope,
+}
+
 /// The inbound side of a non-producer.
 pub(crate) struct Receiver {
     cfg: Arc<WorkerConfig>,
@@ -203,9 +216,7 @@ impl Receiver {
             } else {
                 self.idle_for = Duration::ZERO;
             }
-            for d in batch {
-                self.fold(d, settler).await;
-            }
+            self.fold_all(batch, settler).await;
             settler.resolve(self.join.take_resolutions()).await;
             self.evaluate_drain().await?;
             if self.idle_for >= FLUSH_AFTER_IDLE {
@@ -235,12 +246,76 @@ impl Receiver {
         Duration::from_millis(window / 5).clamp(MIN_DRAIN_PROBE, POLL)
     }
 
-    /// Folds one delivery: data into the join, terminators into the drain.
-    async fn fold(&mut self, d: Delivery, settler: &mut Settler) {
-        match d.kind {
-            DeliveryKind::Terminator => self.fold_terminator(d).await,
-            DeliveryKind::Data => self.fold_data(d, settler).await,
+    /// Folds a batch of deliveries in order: data into the join, terminators into the drain.
+    /// Under a ledger the DATA ids of the whole batch are noted as received together first —
+    /// one ledger write for the batch instead of one per delivery, and still each one
+    /// recorded before anything else happens to its delivery (EOS-7 (b)).
+    async fn fold_all(&mut self, batch: Vec<Delivery>, settler: &mut Settler) {
+        let mut steps = Vec::with_capacity(batch.len());
+        for d in batch {
+            match d.kind {
+                DeliveryKind::Terminator => steps.push(Step::Terminator(d)),
+                DeliveryKind::Data => {
+                    if let Some(admitted) = self.admit_data(d, settler).await {
+                        steps.push(Step::Data(Box::new(admitted)));
+                    }
+                }
+            }
         }
+        let mut noted = self.note_received(&steps).await.into_iter();
+        for step in steps {
+            match step {
+                Step::Terminator(d) => self.fold_terminator(d).await,
+                Step::Data(admitted) => match noted.next().flatten() {
+                    None => self.fold_data(*admitted, settler).await,
+                    Some(e) => {
+                        // A delivery that cannot be noted is handed back (DELIV-7 delay):
+                        // counted short, the barrier would wait for it forever.
+                        let parent = self.parent_name(admitted.parent);
+                        tracing::warn!(parent = %parent, "received id not recorded, handed back: {}", e.log_line());
+                        let held = &admitted.held;
+                        let delay = nak_delay_seconds(held.num_delivered, random_jitter());
+                        held.handle.nak(Some(Duration::from_secs_f64(delay))).await;
+                    }
+                },
+            }
+        }
+    }
+
+    /// EOS-7 (b): notes the id of every admitted DATA delivery of a batch in the ledger,
+    /// one write per parent, all parents at once. One entry per DATA step, in order: the
+    /// error that kept it from being noted, if any.
+    async fn note_received(&self, steps: &[Step]) -> Vec<Option<VfError>> {
+        let data: Vec<&Admitted> = steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Data(a) => Some(a.as_ref()),
+                Step::Terminator(_) => None,
+            })
+            .collect();
+        let Some(ledger) = &self.ledger else {
+            return data.iter().map(|_| None).collect();
+        };
+        let mut parents: Vec<usize> = data.iter().map(|a| a.parent).collect();
+        parents.sort_unstable();
+        parents.dedup();
+        let writes = parents.iter().map(|&p| {
+            let ids: Vec<&str> = data
+                .iter()
+                .filter(|a| a.parent == p)
+                .map(|a| a.held.message_id.as_str())
+                .collect();
+            let durable = self.data_durables[p].name.as_str();
+            let parent = self.parent_name(p);
+            async move { ledger.record_received_all(parent, durable, &ids).await }
+        });
+        let results = futures::future::join_all(writes).await;
+        data.iter()
+            .map(|a| {
+                let i = parents.iter().position(|&p| p == a.parent)?;
+                results[i].as_ref().err().cloned()
+            })
+            .collect()
     }
 
     async fn fold_terminator(&mut self, d: Delivery) {
@@ -295,21 +370,25 @@ impl Receiver {
         }
     }
 
-    async fn fold_data(&mut self, d: Delivery, settler: &mut Settler) {
+    /// The first half of folding a DATA delivery, everything before it is noted as
+    /// received: a replay for another node is acked and skipped (DELIV-16), undecodable bytes
+    /// are poison (DELIV-15), a terminator on a data queue is acked and ignored. `None` when
+    /// the delivery was settled here.
+    async fn admit_data(&mut self, d: Delivery, settler: &mut Settler) -> Option<Admitted> {
         // DELIV-16: a replay addressed to another node.
         if d.header(REPLAY_TARGET)
             .is_some_and(|t| t != self.cfg.node_name)
         {
             d.handle.ack().await;
             self.skipped += 1;
-            return;
+            return None;
         }
         let durable = &self.data_durables[d.parent];
         let message_id = d.header("Nats-Msg-Id").map_or_else(
             || format!("{}:{}", durable.stream, d.stream_seq),
             str::to_owned,
         );
-        let mut held = Held {
+        let held = Held {
             handle: d.handle.clone(),
             raw: d.payload.clone(),
             stream_seq: d.stream_seq,
@@ -328,29 +407,28 @@ impl Receiver {
                     m.record_drop(crate::health::metrics::DROP_UNDECODABLE, 1);
                 });
                 settler.fail(&[held], &err, Disposition::Poison).await;
-                return;
+                return None;
             }
         };
         if env.is_stop_signal() {
             d.handle.ack().await; // a terminator on a data queue is acked and ignored
-            return;
+            return None;
         }
-        // EOS-7 (b): delivered on this durable, whoever processes it. A delivery that
-        // cannot be noted is handed back (DELIV-7 delay): counted short, the barrier would
-        // wait for it forever.
-        if let Some(ledger) = &self.ledger {
-            let durable = &self.data_durables[d.parent];
-            let parent = self.parent_name(d.parent);
-            if let Err(e) = ledger
-                .record_received(parent, &durable.name, &held.message_id)
-                .await
-            {
-                tracing::warn!(parent = %parent, "received id not recorded, handed back: {}", e.log_line());
-                let delay = nak_delay_seconds(held.num_delivered, random_jitter());
-                held.handle.nak(Some(Duration::from_secs_f64(delay))).await;
-                return;
-            }
-        }
+        Some(Admitted {
+            parent: d.parent,
+            held,
+            env,
+        })
+    }
+
+    /// The rest of folding a DATA delivery once it is noted as received: ownership, the blob,
+    /// the join.
+    async fn fold_data(&mut self, admitted: Admitted, settler: &mut Settler) {
+        let Admitted {
+            parent: parent_index,
+            mut held,
+            env,
+        } = admitted;
         // PART-4 / PART-3a: ownership.
         if let Some(by) = self.cfg.partition_by.clone()
             && self.cfg.is_partitioned()
@@ -361,7 +439,7 @@ impl Receiver {
             if !owner.is_owned_by(self.replica()) {
                 // PART-4: ack and skip before any blob fetch; after a confirmed ack this
                 // replica's share of an offloaded payload is released (BLOB-6).
-                let confirmed = d.handle.ack().await.is_confirmed();
+                let confirmed = held.handle.ack().await.is_confirmed();
                 if confirmed && let (Some(store), Some(r)) = (&self.blob, env.blob_ref()) {
                     store.release(r).await;
                 }
@@ -391,7 +469,7 @@ impl Receiver {
                 return;
             }
         };
-        let parent = self.parent_name(d.parent).to_owned();
+        let parent = self.parent_name(parent_index).to_owned();
         let entry = Entry {
             producer_name: env.producer_name,
             trace_id: env.trace_id,

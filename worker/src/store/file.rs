@@ -1,34 +1,38 @@
 //! `file://<dir>` (STORE-4): the ledger of every worker on one host.
 //!
 //! One file per key, `<key with "/" → "%2F">.json` holding `{"value": "<hex>", "version": n}`,
-//! written to `<file>.json.tmp`, fsynced and renamed over, so a crash leaves the old or the
+//! written to `<file>.json.tmp`, synced and renamed over, so a crash leaves the old or the
 //! new document, never half of one. `get`, `cas` and `delete` hold an exclusive `flock` on
 //! `<file>.json.lock` — the same lock files 1.0.4 takes, so implementations can share a
 //! directory. Logs are `<log>.log`, one hex record per line, appended under
-//! `log:<log>.json.lock`. Blocking file work runs on tokio's blocking pool.
+//! `log:<log>.json.lock`.
+//!
+//! Writes (`cas`, `append`) go through one writer thread per store that commits whatever is
+//! queued as one batch — one parallel round of syncs and one directory sync — and answers each
+//! caller only once its record is durable (see [`commit`]). It keeps each log's line count,
+//! so an append reads only what another writer (a sibling replica, a 1.0.4 worker) appended
+//! since. Reads run on tokio's blocking pool.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+mod commit;
+mod disk;
+mod logs;
+
+use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use serde_json::json;
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::partition::py_repr_str;
 
 use super::kv::{ScanRow, Versioned};
+use commit::{Committer, Op};
+use disk::{decode, doc_path, key_lock_name, lock, log_path, read_doc, read_lines};
 
-/// The file store rooted at one directory.
+/// The file store rooted at one directory. Clones share the writer thread.
 #[derive(Debug, Clone)]
 pub struct FileStore {
     root: PathBuf,
-}
-
-fn encode(key: &str) -> String {
-    key.replace('/', "%2F")
-}
-
-fn decode(name: &str) -> String {
-    name.replace("%2F", "/")
+    committer: Arc<Committer>,
 }
 
 fn io_error(verb: &str, key: &str, e: impl std::fmt::Display) -> VfError {
@@ -38,6 +42,9 @@ fn io_error(verb: &str, key: &str, e: impl std::fmt::Display) -> VfError {
     )
     .with_remedy("Check the directory behind VF_RUNTIME_STORE_URL (space, permissions).")
 }
+
+/// What a caller gets when the writer thread is gone (it ended or could not answer).
+const WRITER_GONE: &str = "the store's writer thread stopped";
 
 impl FileStore {
     /// The store for a `file://` URL: directory = host + path unless the host is empty or
@@ -86,12 +93,31 @@ impl FileStore {
             )
             .with_remedy("Point VF_RUNTIME_STORE_URL at a writable directory.")
         })?;
-        Ok(FileStore { root })
+        let committer = Committer::start(root.clone()).map_err(|e| {
+            VfError::new(
+                ErrorCode::Config,
+                format!(
+                    "cannot start the writer thread of the runtime store {}: {e}",
+                    root.display()
+                ),
+            )
+            .with_remedy("Raise the process's thread limit.")
+        })?;
+        Ok(FileStore {
+            root,
+            committer: Arc::new(committer),
+        })
     }
 
     /// The directory.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// `(batches, operations)` the writer thread committed so far: operations per batch is
+    /// how much group commit saved.
+    pub fn commit_stats(&self) -> (u64, u64) {
+        self.committer.stats()
     }
 
     async fn blocking<T: Send + 'static>(
@@ -116,13 +142,13 @@ impl FileStore {
     pub async fn get(&self, key: &str) -> Result<Option<Versioned>, VfError> {
         let k = key.to_owned();
         self.blocking("reading", key, move |root| {
-            let _lock = lock(root, &format!("{}.json.lock", encode(&k)))?;
-            read_doc(&root.join(format!("{}.json", encode(&k))))
+            let _lock = lock(root, &key_lock_name(&k))?;
+            read_doc(&doc_path(root, &k))
         })
         .await
     }
 
-    /// STORE-1 `cas`.
+    /// STORE-1 `cas`, answered once the new document is durable (group commit).
     ///
     /// # Errors
     /// `VF_TRANSIENT` on an I/O failure.
@@ -132,39 +158,55 @@ impl FileStore {
         expected: Option<&str>,
         value: &[u8],
     ) -> Result<bool, VfError> {
-        let (k, expected, value) = (key.to_owned(), expected.map(str::to_owned), value.to_vec());
-        self.blocking("writing", key, move |root| {
-            let _lock = lock(root, &format!("{}.json.lock", encode(&k)))?;
-            let path = root.join(format!("{}.json", encode(&k)));
-            let current = read_doc(&path)?;
-            if current.as_ref().map(|c| c.version.as_str()) != expected.as_deref() {
-                return Ok(false);
-            }
-            let next = current
-                .and_then(|c| c.version.parse::<u64>().ok())
-                .map_or(1, |n| n + 1);
-            let doc = json!({"value": hex::encode(&value), "version": next});
-            write_atomically(&path, doc.to_string().as_bytes())?;
-            Ok(true)
-        })
-        .await
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let op = Op::Cas {
+            key: key.to_owned(),
+            expected: expected.map(str::to_owned),
+            value: value.to_vec(),
+            reply,
+        };
+        self.committed("writing", key, op, answer).await
     }
 
-    /// STORE-1 `append`: one hex line, fsynced; returns the line count.
+    /// STORE-1 `append`: one hex line, durable before it is answered; returns the line count.
     ///
     /// # Errors
     /// `VF_TRANSIENT` on an I/O failure.
     pub async fn append(&self, log: &str, record: &[u8]) -> Result<u64, VfError> {
-        let (l, record) = (log.to_owned(), record.to_vec());
-        self.blocking("appending to", log, move |root| {
-            let _lock = lock(root, &format!("log:{}.json.lock", encode(&l)))?;
-            let path = root.join(format!("{}.log", encode(&l)));
-            let mut file = OpenOptions::new().create(true).append(true).open(&path)?;
-            writeln!(file, "{}", hex::encode(&record))?;
-            file.sync_all()?;
-            Ok(read_lines(&path)?.len() as u64)
-        })
-        .await
+        self.append_all(log, vec![record.to_vec()]).await
+    }
+
+    /// `append` of every record in order, in one write; returns the line count after the
+    /// last.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` on an I/O failure.
+    pub async fn append_all(&self, log: &str, records: Vec<Vec<u8>>) -> Result<u64, VfError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let op = Op::Append {
+            log: log.to_owned(),
+            records,
+            reply,
+        };
+        self.committed("appending to", log, op, answer).await
+    }
+
+    /// Queues `op` for the writer thread and waits for its answer.
+    async fn committed<T>(
+        &self,
+        verb: &str,
+        key: &str,
+        op: Op,
+        answer: tokio::sync::oneshot::Receiver<std::io::Result<T>>,
+    ) -> Result<T, VfError> {
+        if self.committer.submit(op).is_err() {
+            return Err(io_error(verb, key, WRITER_GONE));
+        }
+        match answer.await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(io_error(verb, key, e)),
+            Err(_) => Err(io_error(verb, key, WRITER_GONE)),
+        }
     }
 
     /// STORE-1 `log_entries`.
@@ -174,7 +216,7 @@ impl FileStore {
     pub async fn log_entries(&self, log: &str) -> Result<Vec<Vec<u8>>, VfError> {
         let l = log.to_owned();
         self.blocking("reading", log, move |root| {
-            read_lines(&root.join(format!("{}.log", encode(&l))))?
+            read_lines(&log_path(root, &l))?
                 .iter()
                 .map(|line| hex::decode(line).map_err(std::io::Error::other))
                 .collect()
@@ -217,8 +259,8 @@ impl FileStore {
     pub async fn delete(&self, key: &str, expected: Option<&str>) -> Result<bool, VfError> {
         let (k, expected) = (key.to_owned(), expected.map(str::to_owned));
         self.blocking("deleting", key, move |root| {
-            let _lock = lock(root, &format!("{}.json.lock", encode(&k)))?;
-            let path = root.join(format!("{}.json", encode(&k)));
+            let _lock = lock(root, &key_lock_name(&k))?;
+            let path = doc_path(root, &k);
             let Some(current) = read_doc(&path)? else {
                 return Ok(expected.is_none());
             };
@@ -232,79 +274,5 @@ impl FileStore {
     }
 }
 
-/// An exclusive `flock` on `root/name`, released when the file is dropped.
-fn lock(root: &Path, name: &str) -> std::io::Result<File> {
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(root.join(name))?;
-    file.lock()?;
-    Ok(file)
-}
-
-fn read_doc(path: &Path) -> std::io::Result<Option<Versioned>> {
-    let text = match fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let doc: serde_json::Value = serde_json::from_str(&text).map_err(std::io::Error::other)?;
-    let value = doc["value"]
-        .as_str()
-        .and_then(|h| hex::decode(h).ok())
-        .ok_or_else(|| std::io::Error::other(format!("{} has no hex value", path.display())))?;
-    let version = match &doc["version"] {
-        serde_json::Value::Number(n) => n.to_string(),
-        serde_json::Value::String(s) => s.clone(),
-        _ => {
-            return Err(std::io::Error::other(format!(
-                "{} has no version",
-                path.display()
-            )));
-        }
-    };
-    Ok(Some(Versioned { value, version }))
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    {
-        let mut file = File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-    }
-    fs::rename(&tmp, path)
-}
-
-fn read_lines(path: &Path) -> std::io::Result<Vec<String>> {
-    match File::open(path) {
-        Ok(f) => BufReader::new(f)
-            .lines()
-            .filter(|l| !l.as_ref().is_ok_and(String::is_empty))
-            .collect(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(e),
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn store_4_directory_from_url() {
-        let e = FileStore::from_url("file://").expect_err("must fail");
-        assert_eq!(
-            e.message,
-            "file:// runtime store URL 'file://' names no directory. Use file:///path/to/ledger."
-        );
-        let dir = std::env::temp_dir().join(format!("vf-store-{}", uuid::Uuid::new_v4().simple()));
-        let s =
-            FileStore::from_url(&format!("file://localhost{}", dir.display())).expect("test value");
-        assert_eq!(s.root(), dir.as_path());
-        let _ = fs::remove_dir_all(dir);
-    }
-}
+mod tests;

@@ -100,6 +100,7 @@ struct Inner {
     durable_shared: bool,
     /// Mirrors of what this replica wrote, so the hot paths need no re-read.
     received: Mutex<HashMap<(String, String), HashSet<String>>>,
+    received_writes: tokio::sync::Mutex<()>,
     published: Mutex<HashSet<String>>,
     /// Terminal records numbered but not stored (a process-local ledger).
     terminal_unstored: AtomicU64,
@@ -131,6 +132,7 @@ impl RunLedger {
                 nb_tasks: nb_tasks.max(1),
                 durable_shared,
                 received: Mutex::new(HashMap::new()),
+                received_writes: tokio::sync::Mutex::new(()),
                 published: Mutex::new(HashSet::new()),
                 terminal_unstored: AtomicU64::new(0),
             }),
@@ -240,21 +242,59 @@ impl RunLedger {
         durable: &str,
         message_id: &str,
     ) -> Result<bool, VfError> {
+        let fresh = self
+            .record_received_all(parent, durable, &[message_id])
+            .await?;
+        Ok(fresh.first().copied().unwrap_or(false))
+    }
+
+    /// [`RunLedger::record_received`] for every id of a batch of deliveries at once: the
+    /// new ones are appended in one operation (one write and one sync on `file://`), durable
+    /// when this returns, so none of them is acked before it is recorded (EOS-7 (b)). One
+    /// answer per id, in order: `true` when it was new (a repeat within `ids` is not).
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be read or appended to; then none of the new ids
+    /// counts as noted, so a redelivery notes them again.
+    pub async fn record_received_all(
+        &self,
+        parent: &str,
+        durable: &str,
+        ids: &[&str],
+    ) -> Result<Vec<bool>, VfError> {
+        // One batch at a time: an id another call has put in the set is in the log by the time
+        // this call can answer `false` for it.
+        let _one_at_a_time = self.inner.received_writes.lock().await;
         let slot = (parent.to_owned(), durable.to_owned());
+        let log = self.received_log(parent, durable, self.inner.replica);
         let loaded = self.lock_received().contains_key(&slot);
         if !loaded {
-            let log = self.received_log(parent, durable, self.inner.replica);
             let ids = self.read_ids(&log).await?;
             self.lock_received().entry(slot.clone()).or_insert(ids);
         }
-        let fresh = self
-            .lock_received()
-            .entry(slot)
-            .or_default()
-            .insert(message_id.to_owned());
-        if fresh {
-            let log = self.received_log(parent, durable, self.inner.replica);
-            self.inner.store.append(&log, message_id.as_bytes()).await?;
+        let fresh: Vec<bool> = {
+            let mut received = self.lock_received();
+            let seen = received.entry(slot.clone()).or_default();
+            ids.iter().map(|id| seen.insert((*id).to_owned())).collect()
+        };
+        let records: Vec<Vec<u8>> = ids
+            .iter()
+            .zip(&fresh)
+            .filter(|(_, new)| **new)
+            .map(|(id, _)| id.as_bytes().to_vec())
+            .collect();
+        if records.is_empty() {
+            return Ok(fresh);
+        }
+        if let Err(e) = self.inner.store.append_all(&log, records).await {
+            // Not in the log, so not noted: a redelivery must append them again.
+            let mut received = self.lock_received();
+            if let Some(seen) = received.get_mut(&slot) {
+                for (id, _) in ids.iter().zip(&fresh).filter(|(_, new)| **new) {
+                    seen.remove(*id);
+                }
+            }
+            return Err(e);
         }
         Ok(fresh)
     }
@@ -378,7 +418,15 @@ impl RunLedger {
                 Accepted::Duplicate => "duplicate",
             };
             let replica = self.inner.replica;
-            self.update(&key, |doc| {
+            // An id this process has not counted yet is almost always a new key: try the
+            // create first and read only when the key turns out to exist (a re-publication
+            // after a restart). Same result as reading first, one locked read fewer.
+            let first = if self.lock_published().contains(publication_id) {
+                FirstGuess::Read
+            } else {
+                FirstGuess::Absent
+            };
+            self.update_from(&key, first, |doc| {
                 let mut doc = doc.unwrap_or_else(|| {
                     object(json!({
                         "at": now(),
@@ -652,10 +700,28 @@ impl RunLedger {
     async fn update(
         &self,
         key: &str,
+        mutate: impl FnMut(Option<Map<String, Json>>) -> Option<Map<String, Json>>,
+    ) -> Result<(), VfError> {
+        self.update_from(key, FirstGuess::Read, mutate).await
+    }
+
+    /// [`RunLedger::update`], whose first attempt may assume the key is absent instead of
+    /// reading it: the CAS (expected: no version) then is the check, and a key that exists
+    /// only costs the read the plain loop starts with.
+    async fn update_from(
+        &self,
+        key: &str,
+        first: FirstGuess,
         mut mutate: impl FnMut(Option<Map<String, Json>>) -> Option<Map<String, Json>>,
     ) -> Result<(), VfError> {
-        for _ in 0..CAS_ATTEMPTS {
-            let current = self.inner.store.get(key).await?;
+        // The guess is not one of the CAS_ATTEMPTS read-modify-writes §11.2 allows.
+        let guessed = usize::from(first == FirstGuess::Absent);
+        for attempt in 0..CAS_ATTEMPTS + guessed {
+            let current = if attempt < guessed {
+                None
+            } else {
+                self.inner.store.get(key).await?
+            };
             let doc = current.as_ref().map(|v| parse(&v.value));
             let Some(updated) = mutate(doc) else {
                 return Ok(());
@@ -678,6 +744,15 @@ impl RunLedger {
             "Another process keeps rewriting this ledger record; check for a duplicate replica.",
         ))
     }
+}
+
+/// What the first attempt of a CAS loop starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FirstGuess {
+    /// The key as read.
+    Read,
+    /// No key (checked by the CAS itself).
+    Absent,
 }
 
 /// STREAM-15: the sum of an attempts document's counts, `at` and `worker_fatal` excluded.

@@ -60,6 +60,14 @@ impl MemoryStore {
         entries.len() as u64
     }
 
+    /// `append` of every record in order; returns the length after the last.
+    pub fn append_all(&self, log: &str, records: &[Vec<u8>]) -> u64 {
+        let mut state = self.lock();
+        let entries = state.logs.entry(log.to_owned()).or_default();
+        entries.extend(records.iter().cloned());
+        entries.len() as u64
+    }
+
     /// STORE-1 `log_entries`.
     pub fn log_entries(&self, log: &str) -> Vec<Vec<u8>> {
         self.lock().logs.get(log).cloned().unwrap_or_default()

@@ -9,7 +9,7 @@
 //! Unknown, never a guess.
 //!
 //! - [`memory`] — `memory://`: per process, never durable (STORE-3).
-//! - [`file`] — `file://<dir>`: one file per key, `flock`ed, fsynced (STORE-4).
+//! - [`file`] — `file://<dir>`: one file per key, `flock`ed, synced by group commit (STORE-4).
 //! - [`redis`] — `redis://` / `rediss://`: hashes with WATCH/MULTI/EXEC CAS (STORE-5/6).
 //! - [`lease`] — partition leases and the replica slot claim (§11.2, ENV-5 step 3).
 //! - `kv` — what every backend returns: versioned values, scan rows, the unreachable error.
@@ -157,6 +157,23 @@ impl RuntimeStore {
             RuntimeStore::Memory(s) => Ok(s.append(log, record)),
             RuntimeStore::File(s) => s.append(log, record).await,
             RuntimeStore::Redis(s) => s.append(log, record).await,
+        }
+    }
+
+    /// Appends every record of `records`, in order, in one operation (one write and sync,
+    /// one RPUSH); returns the log's length after the last. An empty `records` writes
+    /// nothing.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be written.
+    pub async fn append_all(&self, log: &str, records: Vec<Vec<u8>>) -> Result<u64, VfError> {
+        if records.is_empty() {
+            return Ok(self.log_entries(log).await?.len() as u64);
+        }
+        match self {
+            RuntimeStore::Memory(s) => Ok(s.append_all(log, &records)),
+            RuntimeStore::File(s) => s.append_all(log, records).await,
+            RuntimeStore::Redis(s) => s.append_all(log, &records).await,
         }
     }
 

@@ -6,9 +6,12 @@
 //! touched the key between our read and our EXEC) is retried up to
 //! [`TRANSACTION_RETRIES`] times with a short random sleep, then answers `false`.
 //!
-//! WATCH state belongs to a connection, so this store keeps one connection behind an async
-//! mutex and holds it for the whole transaction: nothing else of this process can slip a
-//! command between WATCH and EXEC.
+//! WATCH state belongs to a connection, so every transaction takes a connection of its own
+//! from a small pool ([`TRANSACTION_CONNECTIONS`] at most) and holds it from WATCH to EXEC:
+//! nothing else of this process can slip a command in between, and the transactions of a
+//! whole in-flight window (outbox records, terminators) run side by side instead of queueing
+//! on one connection. Commands outside a transaction (reads, RPUSH, LRANGE, SCAN) share one
+//! multiplexed connection, on which concurrent callers are pipelined.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,7 +19,7 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Semaphore};
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::partition::py_repr_str;
 use videoflow_core::scaling::Observation;
@@ -29,12 +32,19 @@ pub const KEY_PREFIX: &str = "vfrt:";
 pub const TRANSACTION_RETRIES: u32 = 8;
 /// Bound on connecting and on each reply.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections transactions may hold at once (each WATCH needs one of its own).
+pub const TRANSACTION_CONNECTIONS: usize = 8;
 
-/// The Redis runtime store. Clones share the connection.
+/// The Redis runtime store. Clones share the connections.
 #[derive(Clone)]
 pub struct RedisStore {
     client: redis::Client,
-    conn: Arc<Mutex<Option<MultiplexedConnection>>>,
+    /// Commands outside a transaction: cloned per call, so concurrent calls pipeline.
+    shared: Arc<Mutex<Option<MultiplexedConnection>>>,
+    /// Idle transaction connections.
+    idle: Arc<std::sync::Mutex<Vec<MultiplexedConnection>>>,
+    /// One permit per transaction connection in use.
+    transactions: Arc<Semaphore>,
     timeout: Duration,
 }
 
@@ -88,7 +98,9 @@ impl RedisStore {
     pub fn open(url: &str) -> Result<Self, VfError> {
         Ok(RedisStore {
             client: open_client(url)?,
-            conn: Arc::new(Mutex::new(None)),
+            shared: Arc::new(Mutex::new(None)),
+            idle: Arc::new(std::sync::Mutex::new(Vec::new())),
+            transactions: Arc::new(Semaphore::new(TRANSACTION_CONNECTIONS)),
             timeout: DEFAULT_TIMEOUT,
         })
     }
@@ -100,40 +112,67 @@ impl RedisStore {
         self
     }
 
-    /// Runs `work` on the store's connection, holding it exclusively; a transport failure
-    /// drops the cached connection so the next call reconnects.
+    /// Runs `work` on the shared connection (a clone of it: concurrent calls pipeline); a
+    /// transport failure drops it so the next call reconnects.
     async fn with_conn<T>(
         &self,
         verb: &str,
         key: &str,
         work: impl AsyncFnOnce(&mut MultiplexedConnection) -> Result<T, RedisError>,
     ) -> Result<T, VfError> {
-        let mut slot = self.conn.lock().await;
-        if slot.is_none() {
-            *slot = Some(
-                connect(&self.client, self.timeout)
-                    .await
-                    .map_err(|e| unreachable(verb, key, e))?,
-            );
-        }
-        let Some(conn) = slot.as_mut() else {
-            return Err(unreachable(verb, key, "no connection"));
-        };
-        match work(conn).await {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                if is_transport(&e) {
-                    *slot = None;
-                    Err(unreachable(verb, key, e))
-                } else {
-                    Err(VfError::new(
-                        ErrorCode::Transient,
-                        format!("runtime store refused {verb} '{key}': {e}"),
-                    )
-                    .with_remedy("Check the Redis behind VF_RUNTIME_STORE_URL."))
+        let mut conn = {
+            let mut slot = self.shared.lock().await;
+            match slot.as_ref() {
+                Some(c) => c.clone(),
+                None => {
+                    let c = connect(&self.client, self.timeout)
+                        .await
+                        .map_err(|e| unreachable(verb, key, e))?;
+                    *slot = Some(c.clone());
+                    c
                 }
             }
+        };
+        let result = work(&mut conn).await;
+        if result.as_ref().is_err_and(is_transport) {
+            *self.shared.lock().await = None;
         }
+        result.map_err(|e| refused(verb, key, e))
+    }
+
+    /// Runs `work` — one WATCH … EXEC — on a connection nothing else uses meanwhile, taken
+    /// from the idle ones or opened; it goes back only after a clean end (an error may leave
+    /// a WATCH behind, so that connection is dropped).
+    async fn with_transaction_conn<T>(
+        &self,
+        verb: &str,
+        key: &str,
+        work: impl AsyncFnOnce(&mut MultiplexedConnection) -> Result<T, RedisError>,
+    ) -> Result<T, VfError> {
+        let _permit = self
+            .transactions
+            .acquire()
+            .await
+            .map_err(|e| unreachable(verb, key, e))?;
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop();
+        let mut conn = match idle {
+            Some(c) => c,
+            None => connect(&self.client, self.timeout)
+                .await
+                .map_err(|e| unreachable(verb, key, e))?,
+        };
+        let result = work(&mut conn).await;
+        if result.is_ok() {
+            self.idle
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(conn);
+        }
+        result.map_err(|e| refused(verb, key, e))
     }
 
     /// STORE-1 `get`.
@@ -181,7 +220,7 @@ impl RedisStore {
         let k = format!("{KEY_PREFIX}{key}");
         for attempt in 0..TRANSACTION_RETRIES {
             let done = self
-                .with_conn(verb, key, async |c| {
+                .with_transaction_conn(verb, key, async |c| {
                     redis::cmd("WATCH").arg(&k).query_async::<()>(c).await?;
                     let h: HashMap<String, Vec<u8>> =
                         redis::cmd("HGETALL").arg(&k).query_async(c).await?;
@@ -241,6 +280,23 @@ impl RedisStore {
         let k = format!("{KEY_PREFIX}log:{log}");
         self.with_conn("appending to", log, async move |c| {
             redis::cmd("RPUSH").arg(&k).arg(record).query_async(c).await
+        })
+        .await
+    }
+
+    /// `append` of every record in order: one RPUSH with every value; returns the list's
+    /// length after the last.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when Redis cannot be written.
+    pub async fn append_all(&self, log: &str, records: &[Vec<u8>]) -> Result<u64, VfError> {
+        let k = format!("{KEY_PREFIX}log:{log}");
+        self.with_conn("appending to", log, async move |c| {
+            redis::cmd("RPUSH")
+                .arg(&k)
+                .arg(records)
+                .query_async(c)
+                .await
         })
         .await
     }
@@ -315,6 +371,19 @@ fn versioned(mut h: HashMap<String, Vec<u8>>) -> Option<Versioned> {
     let value = h.remove("value")?;
     let version = String::from_utf8_lossy(&h.remove("version")?).into_owned();
     Some(Versioned { value, version })
+}
+
+/// STORE-5's unreachable error for a transport failure, else the refusal.
+fn refused(verb: &str, key: &str, e: RedisError) -> VfError {
+    if is_transport(&e) {
+        unreachable(verb, key, e)
+    } else {
+        VfError::new(
+            ErrorCode::Transient,
+            format!("runtime store refused {verb} '{key}': {e}"),
+        )
+        .with_remedy("Check the Redis behind VF_RUNTIME_STORE_URL.")
+    }
 }
 
 fn is_transport(e: &RedisError) -> bool {

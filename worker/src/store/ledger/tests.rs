@@ -369,3 +369,89 @@ async fn deliv_8_pending_handoffs_survive_and_clear() {
     assert!(again.pending_handoffs().await.expect("scan").is_empty());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn eos_7_a_batch_of_received_ids_is_one_append_and_a_failed_one_notes_nothing() {
+    let (store, dir) = file_store();
+    let RuntimeStore::File(files) = &store else {
+        unreachable!("a file store")
+    };
+    let l = ledger(&store, 0, 1).await;
+    let fresh = l
+        .record_received_all("cam", "d", &["a", "b", "a", "c"])
+        .await
+        .expect("note");
+    assert_eq!(
+        fresh,
+        [true, true, false, true],
+        "a repeat in the batch is not new"
+    );
+    assert_eq!(files.commit_stats(), (1, 1), "one append for the batch");
+    assert!(
+        l.record_received_all("cam", "d", &["b"])
+            .await
+            .expect("note")
+            == [false]
+    );
+    assert_eq!(files.commit_stats(), (1, 1), "nothing new, nothing written");
+    let log = "vf/f/r/det/received/cam/d/r0";
+    assert_eq!(
+        store.log_entries(log).await.expect("log"),
+        vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]
+    );
+    // The log cannot be written (a directory stands in its place): the ids are not noted,
+    // so a redelivery notes them again once it can.
+    let path = dir.join("vf%2Ff%2Fr%2Fdet%2Freceived%2Fcam%2Fd%2Fr0.log");
+    std::fs::rename(&path, dir.join("saved")).expect("move the log away");
+    std::fs::create_dir(&path).expect("a directory in its place");
+    l.record_received_all("cam", "d", &["x", "y"])
+        .await
+        .expect_err("cannot append");
+    std::fs::remove_dir(&path).expect("remove the directory");
+    std::fs::rename(dir.join("saved"), &path).expect("the log back");
+    assert_eq!(
+        l.record_received_all("cam", "d", &["x", "a"])
+            .await
+            .expect("note"),
+        [true, false]
+    );
+    assert_eq!(l.received_count("cam", "d").await.expect("count"), 4);
+    assert_eq!(store.log_entries(log).await.expect("log").len(), 4);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn eos_7_an_outbox_record_created_without_a_read_still_keeps_an_existing_one() {
+    let (store, dir) = file_store();
+    // An earlier process left an unresolved record for m9 (not counted at open: no outcome).
+    let earlier = br#"{"at":1.0,"digest":"abcd","kind":"data","readers":[],"refs":[],"replica":0}"#;
+    assert!(
+        store
+            .cas("vf/f/r/det/outbox/m9", None, earlier)
+            .await
+            .expect("seed")
+    );
+    let l = ledger(&store, 0, 1).await;
+    assert_eq!(l.published_count(), 0);
+    l.record_published("m9", "abcd", Accepted::New, 12)
+        .await
+        .expect("outbox");
+    l.record_published("m10", "ef01", Accepted::New, 13)
+        .await
+        .expect("outbox");
+    let d = doc(&store, "vf/f/r/det/outbox/m9").await;
+    assert_eq!(
+        (d["at"].as_f64(), d["outcome"].as_str(), d["seq"].as_u64()),
+        (Some(1.0), Some("accepted"), Some(12)),
+        "the existing record was updated, not replaced"
+    );
+    let v = store
+        .get("vf/f/r/det/outbox/m9")
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(v.version, "2");
+    assert_eq!(doc(&store, "vf/f/r/det/outbox/m10").await["seq"], 13);
+    assert_eq!(ledger(&store, 0, 1).await.published_count(), 2);
+    let _ = std::fs::remove_dir_all(dir);
+}

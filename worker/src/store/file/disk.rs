@@ -1,0 +1,168 @@
+//! STORE-4's on-disk shapes, shared by the direct operations and the committer: file names,
+//! the per-key lock, the `{"value": "<hex>", "version": n}` document and the line count of a
+//! hex log. Nothing here keeps state.
+
+use std::fs::{self, File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use crate::store::kv::Versioned;
+
+/// `/` → `%2F`, as 1.0.4 names its files.
+pub(super) fn encode(key: &str) -> String {
+    key.replace('/', "%2F")
+}
+
+/// The inverse of [`encode`].
+pub(super) fn decode(name: &str) -> String {
+    name.replace("%2F", "/")
+}
+
+/// `<key>.json`.
+pub(super) fn doc_path(root: &Path, key: &str) -> PathBuf {
+    root.join(format!("{}.json", encode(key)))
+}
+
+/// The lock file `get`, `cas` and `delete` of `key` hold: `<key>.json.lock`.
+pub(super) fn key_lock_name(key: &str) -> String {
+    format!("{}.json.lock", encode(key))
+}
+
+/// `<log>.log`.
+pub(super) fn log_path(root: &Path, log: &str) -> PathBuf {
+    root.join(format!("{}.log", encode(log)))
+}
+
+/// The lock file appends to `log` hold: `log:<log>.json.lock` (1.0.4 locks the key
+/// `log:<log>`).
+pub(super) fn log_lock_name(log: &str) -> String {
+    format!("log:{}.json.lock", encode(log))
+}
+
+/// An exclusive `flock` on `root/name`, released when the file is dropped.
+pub(super) fn lock(root: &Path, name: &str) -> std::io::Result<File> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(root.join(name))?;
+    file.lock()?;
+    Ok(file)
+}
+
+/// A key's document, `None` when the file does not exist.
+pub(super) fn read_doc(path: &Path) -> std::io::Result<Option<Versioned>> {
+    let text = match fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let doc: serde_json::Value = serde_json::from_str(&text).map_err(std::io::Error::other)?;
+    let value = doc["value"]
+        .as_str()
+        .and_then(|h| hex::decode(h).ok())
+        .ok_or_else(|| std::io::Error::other(format!("{} has no hex value", path.display())))?;
+    let version = match &doc["version"] {
+        serde_json::Value::Number(n) => n.to_string(),
+        serde_json::Value::String(s) => s.clone(),
+        _ => {
+            return Err(std::io::Error::other(format!(
+                "{} has no version",
+                path.display()
+            )));
+        }
+    };
+    Ok(Some(Versioned { value, version }))
+}
+
+/// The document text for `value` at `version`, byte for byte what `serde_json` writes for
+/// `{"value": hex, "version": n}` (sorted keys, compact), without building a JSON tree.
+pub(super) fn doc_bytes(value: &[u8], version: u64) -> Vec<u8> {
+    format!(
+        "{{\"value\":\"{}\",\"version\":{version}}}",
+        hex::encode(value)
+    )
+    .into_bytes()
+}
+
+/// The next version after `current` (1 for a new key): versions are 1, 2, … (STORE-4).
+pub(super) fn next_version(current: Option<&Versioned>) -> u64 {
+    current
+        .and_then(|c| c.version.parse::<u64>().ok())
+        .map_or(1, |n| n + 1)
+}
+
+/// Counts the non-empty lines of a log as its bytes go by, so a log can be counted once and
+/// then only by what was appended since (the count `append` returns, STORE-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct LineCount {
+    /// Non-empty lines seen, an unterminated last one included.
+    pub(super) lines: u64,
+    /// Whether the next byte starts a line (false after a torn, unterminated tail).
+    pub(super) at_line_start: bool,
+}
+
+impl Default for LineCount {
+    fn default() -> Self {
+        LineCount {
+            lines: 0,
+            at_line_start: true,
+        }
+    }
+}
+
+impl LineCount {
+    /// Feeds the next bytes of the log.
+    pub(super) fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if b == b'\n' {
+                self.at_line_start = true;
+            } else if self.at_line_start {
+                self.lines += 1;
+                self.at_line_start = false;
+            }
+        }
+    }
+}
+
+/// The lines of a log, blank ones skipped (empty for a missing log).
+pub(super) fn read_lines(path: &Path) -> std::io::Result<Vec<String>> {
+    use std::io::{BufRead, BufReader};
+    match File::open(path) {
+        Ok(f) => BufReader::new(f)
+            .lines()
+            .filter(|l| !l.as_ref().is_ok_and(String::is_empty))
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_4_line_count_is_incremental_and_skips_blank_lines() {
+        let whole = b"ab\n\ncd\nef";
+        let mut once = LineCount::default();
+        once.feed(whole);
+        assert_eq!((once.lines, once.at_line_start), (3, false));
+        // Fed in any split, the count is the same.
+        for cut in 0..whole.len() {
+            let mut parts = LineCount::default();
+            parts.feed(&whole[..cut]);
+            parts.feed(&whole[cut..]);
+            assert_eq!(parts, once, "cut at {cut}");
+        }
+        let mut terminated = once;
+        terminated.feed(b"\n");
+        assert_eq!((terminated.lines, terminated.at_line_start), (3, true));
+    }
+
+    #[test]
+    fn store_4_documents_are_what_serde_json_writes() {
+        let ours = doc_bytes(b"hi", 7);
+        let theirs = serde_json::json!({"value": hex::encode(b"hi"), "version": 7}).to_string();
+        assert_eq!(String::from_utf8(ours).expect("utf-8"), theirs);
+    }
+}
