@@ -3,8 +3,9 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Parser, Subcommand};
+use videoflow_operator::controller::admission::admit;
 use videoflow_operator::render::{self, RenderConfig};
 
 /// The videoflow operator: runs Flow resources (videoflow.io/v1alpha1) on Kubernetes.
@@ -40,8 +41,9 @@ enum Command {
     Crd,
     /// Print the Kubernetes objects the operator would create for a Flow, as YAML.
     ///
-    /// Works offline: the same pure rendering the controller applies. The output can be
-    /// inspected, diffed, or applied by hand:
+    /// Works offline: the controller's own admission (validation, the autoscaling rules)
+    /// and rendering. An invalid Flow prints every problem with its path and remedy and
+    /// exits 2. The output can be inspected, diffed, or applied by hand:
     ///   videoflow-operator render -f flow.yaml --nats-url nats://nats:4222 \
     ///     | kubectl apply --server-side -f -
     #[command(verbatim_doc_comment)]
@@ -231,10 +233,22 @@ async fn serve_metrics(
         .context("serving metrics")
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let text = match cli.command {
-        Command::Run(args) => return run(args),
+/// Exit status of a Flow that is not valid (as `videoflow-worker validate`): the user's input.
+const EXIT_INVALID_FLOW: u8 = 2;
+
+fn main() -> std::process::ExitCode {
+    match run_command(Cli::parse().command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+fn run_command(command: Command) -> anyhow::Result<std::process::ExitCode> {
+    let text = match command {
+        Command::Run(args) => return run(args).map(|()| std::process::ExitCode::SUCCESS),
         Command::Crd => videoflow_operator::crd::crd_yaml(),
         Command::Render {
             file,
@@ -252,12 +266,11 @@ fn main() -> anyhow::Result<()> {
             let flow = match render::load::flow_from_text(&text) {
                 Ok(flow) => flow,
                 Err(diags) => {
-                    let lines: Vec<String> = diags.iter().map(ToString::to_string).collect();
-                    bail!(
-                        "{} is not a valid Flow:\n{}",
-                        file.display(),
-                        lines.join("\n")
-                    );
+                    eprintln!("{} is not a valid Flow:", file.display());
+                    for d in &diags {
+                        eprintln!("{d}");
+                    }
+                    return Ok(std::process::ExitCode::from(EXIT_INVALID_FLOW));
                 }
             };
             let config = RenderConfig {
@@ -266,14 +279,22 @@ fn main() -> anyhow::Result<()> {
                 namespace,
                 nats_url,
             };
-            let rendered = render::render(&flow, &config)
-                .map_err(|e| anyhow::anyhow!("{e}\n  remedy: {}", e.remedy()))?;
-            rendered.to_yaml()?
+            // The controller's admission, so `render` refuses exactly what the cluster would.
+            match admit(&flow, &config) {
+                Ok(rendered) => rendered.to_yaml()?,
+                Err(problems) => {
+                    eprintln!("{} is not admitted:", file.display());
+                    for p in &problems {
+                        eprintln!("{p}");
+                    }
+                    return Ok(std::process::ExitCode::from(EXIT_INVALID_FLOW));
+                }
+            }
         }
     };
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .context("writing to stdout")?;
-    Ok(())
+    Ok(std::process::ExitCode::SUCCESS)
 }

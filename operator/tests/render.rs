@@ -1103,4 +1103,46 @@ fn render_command_prints_yaml_offline() {
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("spec.broker.url"), "{stderr}");
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "an invalid Flow is the user's input"
+    );
+    // The controller's own admission: autoscaling a BATCH processor (it renders as a Job,
+    // SCALE-6) is refused here as the operator refuses it, not rendered.
+    let dir = std::env::temp_dir().join(format!("vf-render-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let scaled = dir.join("scaled.yaml");
+    std::fs::write(
+        &scaled,
+        r#"apiVersion: videoflow.io/v1alpha1
+kind: Flow
+metadata: {name: scaled}
+spec:
+  type: batch
+  broker: {url: "nats://nats:4222"}
+  nodes:
+  - {name: a, kind: producer, component: {builtin: videoflow.producers.basic.IntProducer}}
+  - name: work
+    kind: processor
+    parents: [a]
+    autoscaling: {enabled: true, maxReplicas: 4}
+    component: {builtin: videoflow.processors.basic.IdentityProcessor}
+  - {name: sink, kind: consumer, parents: [work], component: {builtin: videoflow.consumers.basic.VoidConsumer}}
+"#,
+    )
+    .expect("write the flow");
+    let refused = std::process::Command::new(bin)
+        .args(["render", "-f"])
+        .arg(&scaled)
+        .output()
+        .expect("run the binary");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("spec.nodes[1].autoscaling"),
+        "the autoscaling refusal with its path: {stderr}"
+    );
+    assert!(refused.stdout.is_empty(), "nothing rendered");
 }
