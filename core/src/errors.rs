@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::partition::{py_float, py_repr, py_repr_str};
-use crate::redact::{redact_json, redact_text};
+use crate::redact::{redact_json, redact_string};
 use crate::value::Value;
 
 /// Exit status of an untyped failure (§0), and of the base class `VF_UNKNOWN`.
@@ -346,7 +346,7 @@ impl VfError {
         VfError {
             code,
             // Texts quote broker and store URLs, which carry passwords from Secrets.
-            message: redact_text(&message.into()),
+            message: redact_string(message.into()),
             remedy: None,
             disposition: code.disposition(),
             context: BTreeMap::new(),
@@ -356,7 +356,7 @@ impl VfError {
     /// Sets the remedy.
     #[must_use]
     pub fn with_remedy(mut self, remedy: impl Into<String>) -> Self {
-        self.remedy = Some(redact_text(&remedy.into()));
+        self.remedy = Some(redact_string(remedy.into()));
         self
     }
 
@@ -418,7 +418,7 @@ impl VfError {
         record.insert("code".into(), self.code.code().into());
         // `message` and `context` are public fields: redact again what may have been set
         // after construction.
-        record.insert("message".into(), redact_text(&self.message).into());
+        record.insert("message".into(), redact_string(self.message.clone()).into());
         if let Some(remedy) = self.remedy_text() {
             record.insert("remedy".into(), remedy.into());
         }

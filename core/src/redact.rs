@@ -103,8 +103,7 @@ pub fn redact_text(text: &str) -> String {
             .map(|i| scheme_start(rest, after + i))
             .filter(|&n| n > after);
         let url_end = next_url.map_or(delimited, |n| n.min(delimited));
-        let scheme_start = start;
-        out.push_str(&redact_url(&rest[scheme_start..url_end]));
+        out.push_str(&redact_url(&rest[start..url_end]));
         rest = &rest[url_end..];
     }
     out.push_str(rest);
@@ -185,6 +184,16 @@ fn percent_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// [`redact_text`] of an owned text, without a copy when it quotes no URL (the common case:
+/// every error text passes through here).
+pub fn redact_string(text: String) -> String {
+    if text.contains("://") {
+        redact_text(&text)
+    } else {
+        text
+    }
 }
 
 /// A JSON value with every string in it redacted (context values of an error record).

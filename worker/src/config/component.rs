@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use videoflow_core::errors::{ErrorCode, VfError};
 
-use super::read::{MAX_SECONDS, bounded_seconds};
+use super::read::bounded_seconds;
 
 /// The exec component's program and arguments, a JSON array of strings.
 pub const COMMAND_VAR: &str = "VF_COMPONENT_COMMAND_JSON";
@@ -22,7 +22,7 @@ pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default [`CALL_TIMEOUT_VAR`].
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
 /// The shortest start timeout: a smaller value could never see a Hello.
-const MIN_START_TIMEOUT_SECONDS: f64 = 0.1;
+const MIN_START_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// The exec component of a node, when it has one.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,13 +56,11 @@ impl ComponentConfig {
                 .with_context("variable", COMMAND_VAR));
             }
         };
-        let start_timeout = match seconds(vars, START_TIMEOUT_VAR)? {
-            Some(s) => bounded_seconds(START_TIMEOUT_VAR, s.max(MIN_START_TIMEOUT_SECONDS))?,
-            None => DEFAULT_START_TIMEOUT,
-        };
+        let start_timeout = seconds(vars, START_TIMEOUT_VAR)?
+            .map_or(DEFAULT_START_TIMEOUT, |d| d.max(MIN_START_TIMEOUT));
         let call_timeout = match seconds(vars, CALL_TIMEOUT_VAR)? {
-            Some(s) if s > 0.0 => Some(bounded_seconds(CALL_TIMEOUT_VAR, s)?),
-            Some(_) => None,
+            Some(d) if d.is_zero() => None,
+            Some(d) => Some(d),
             None => Some(DEFAULT_CALL_TIMEOUT),
         };
         Ok(Some(ComponentConfig {
@@ -73,14 +71,14 @@ impl ComponentConfig {
     }
 }
 
-/// A deadline variable: unset or blank ⇒ `None`; else finite seconds in `[0, MAX_SECONDS]`.
-fn seconds(vars: &BTreeMap<String, String>, var: &str) -> Result<Option<f64>, VfError> {
+/// A deadline variable: unset or blank ⇒ `None`; else seconds in `[0, MAX_SECONDS]`.
+fn seconds(vars: &BTreeMap<String, String>, var: &str) -> Result<Option<Duration>, VfError> {
     match vars.get(var).map(|v| v.trim()).filter(|v| !v.is_empty()) {
         None => Ok(None),
         Some(v) => v
             .parse::<f64>()
             .ok()
-            .filter(|s| s.is_finite() && (0.0..=MAX_SECONDS).contains(s))
+            .and_then(|s| bounded_seconds(var, s).ok())
             .map(Some)
             .ok_or_else(|| {
                 VfError::new(

@@ -325,10 +325,7 @@ impl WorkerConfig {
             .get("VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES")
             .and_then(|v| v.trim().parse::<usize>().ok())
             .unwrap_or(DEFAULT_MAX_INLINE_PAYLOAD_BYTES);
-        let termination_log = PathBuf::from(
-            env.non_empty("VF_TERMINATION_LOG")
-                .unwrap_or(DEFAULT_TERMINATION_LOG),
-        );
+        let termination_log = termination_log_path(vars);
         // 1.0.4 checks the kind last, just before the task loop.
         let kind = parse_kind(&kind_raw)?;
 
