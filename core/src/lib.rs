@@ -23,6 +23,7 @@
 //! - [`component`] — the component protocol exec nodes speak (design §5): schema, version
 //!   negotiation, value conversions, the descriptor set SDKs build their classes from.
 
+pub mod catalog;
 pub mod compile;
 pub mod component;
 pub mod env;
@@ -36,5 +37,6 @@ pub mod naming;
 pub mod partition;
 pub mod redact;
 pub mod scaling;
+pub mod suggest;
 pub mod validate;
 pub mod value;

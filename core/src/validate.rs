@@ -48,6 +48,9 @@ pub mod codes {
     pub const VF_FLOW_KNOB: &str = "VF_FLOW_KNOB";
     /// `component` must name exactly one of builtin, exec, python.
     pub const VF_FLOW_COMPONENT: &str = "VF_FLOW_COMPONENT";
+    /// A built-in class that does not exist, is of another family than the node's kind, or
+    /// gets a parameter it does not take or of the wrong shape (the catalog, `catalog`).
+    pub const VF_FLOW_BUILTIN: &str = "VF_FLOW_BUILTIN";
 }
 
 /// How bad a diagnostic is.
@@ -431,13 +434,25 @@ fn check_node(
             "Keep exactly one of component.builtin, component.exec, component.python.",
         ));
     }
-    if c.builtin.as_deref().is_some_and(str::is_empty) {
-        knob(
+    match c.builtin.as_deref() {
+        Some("") => knob(
             out,
             "component.builtin",
             format!("'{}' has an empty builtin class.", n.name),
             "Name a built-in node, e.g. videoflow.processors.IdentityProcessor.",
-        );
+        ),
+        Some(class) => {
+            let params = n.params.as_ref().filter(|p| p.is_object());
+            for p in crate::catalog::check_builtin(class, n.kind, params) {
+                out.push(Diagnostic::error(
+                    codes::VF_FLOW_BUILTIN,
+                    at(&p.field),
+                    format!("'{}': {}", n.name, p.message),
+                    p.remedy,
+                ));
+            }
+        }
+        None => {}
     }
     if let Some(exec) = &c.exec
         && exec.command.is_empty()

@@ -115,12 +115,13 @@ fn flow(nodes: &str) -> String {
     )
 }
 
-const SRC: &str = "  - {name: src, kind: producer, component: {builtin: p}}\n";
+const SRC: &str =
+    "  - {name: src, kind: producer, component: {builtin: videoflow.producers.IntProducer}}\n";
 
 #[test]
 fn name_1_collisions_under_both_encodings() {
     let text = flow(&format!(
-        "{SRC}  - {{name: a.b, kind: consumer, parents: [src], component: {{builtin: c}}}}\n  - {{name: a_b, kind: consumer, parents: [src], component: {{builtin: c}}}}\n  - {{name: Sink, kind: consumer, parents: [src], component: {{builtin: c}}}}\n  - {{name: sink, kind: consumer, parents: [src], component: {{builtin: c}}}}\n"
+        "{SRC}  - {{name: a.b, kind: consumer, parents: [src], component: {{builtin: videoflow.consumers.VoidConsumer}}}}\n  - {{name: a_b, kind: consumer, parents: [src], component: {{builtin: videoflow.consumers.VoidConsumer}}}}\n  - {{name: Sink, kind: consumer, parents: [src], component: {{builtin: videoflow.consumers.VoidConsumer}}}}\n  - {{name: sink, kind: consumer, parents: [src], component: {{builtin: videoflow.consumers.VoidConsumer}}}}\n"
     ));
     let d = validate_flow(&doc(&text));
     let collisions: Vec<&Diagnostic> = d
@@ -146,7 +147,7 @@ fn name_1_collisions_under_both_encodings() {
 fn long_names_collide_after_truncation() {
     let long = "n".repeat(70);
     let text = flow(&format!(
-        "{SRC}  - {{name: {long}x, kind: consumer, parents: [src], component: {{builtin: c}}}}\n  - {{name: {long}y, kind: consumer, parents: [src], component: {{builtin: c}}}}\n"
+        "{SRC}  - {{name: {long}x, kind: consumer, parents: [src], component: {{builtin: videoflow.consumers.VoidConsumer}}}}\n  - {{name: {long}y, kind: consumer, parents: [src], component: {{builtin: videoflow.consumers.VoidConsumer}}}}\n"
     ));
     let got = error_codes(&text);
     assert_eq!(
@@ -161,7 +162,7 @@ fn long_names_collide_after_truncation() {
 #[test]
 fn duplicate_names_and_cycles() {
     let text = flow(&format!(
-        "{SRC}  - {{name: a, kind: processor, parents: [src, c], component: {{builtin: x}}}}\n  - {{name: b, kind: processor, parents: [a], component: {{builtin: x}}}}\n  - {{name: c, kind: processor, parents: [b], component: {{builtin: x}}}}\n  - {{name: c, kind: consumer, parents: [c], component: {{builtin: x}}}}\n"
+        "{SRC}  - {{name: a, kind: processor, parents: [src, c], component: {{builtin: videoflow.processors.IdentityProcessor}}}}\n  - {{name: b, kind: processor, parents: [a], component: {{builtin: videoflow.processors.IdentityProcessor}}}}\n  - {{name: c, kind: processor, parents: [b], component: {{builtin: videoflow.processors.IdentityProcessor}}}}\n  - {{name: c, kind: consumer, parents: [c], component: {{builtin: videoflow.consumers.VoidConsumer}}}}\n"
     ));
     let d = validate_flow(&doc(&text));
     assert!(
@@ -181,7 +182,7 @@ fn duplicate_names_and_cycles() {
 #[test]
 fn edge_rules() {
     let text = flow(
-        "  - {name: src, kind: producer, parents: [sink], component: {builtin: p}}\n  - {name: lone, kind: processor, component: {builtin: x}}\n  - {name: sink, kind: consumer, parents: [src], component: {builtin: c}}\n  - {name: after, kind: consumer, parents: [sink], component: {builtin: c}}\n",
+        "  - {name: src, kind: producer, parents: [sink], component: {builtin: videoflow.producers.IntProducer}}\n  - {name: lone, kind: processor, component: {builtin: videoflow.processors.IdentityProcessor}}\n  - {name: sink, kind: consumer, parents: [src], component: {builtin: videoflow.consumers.VoidConsumer}}\n  - {name: after, kind: consumer, parents: [sink], component: {builtin: videoflow.consumers.VoidConsumer}}\n",
     );
     let got = error_codes(&text);
     for want in [
@@ -204,8 +205,9 @@ fn edge_rules() {
             "missing {want:?} in {got:#?}"
         );
     }
-    let no_producer =
-        flow("  - {name: a, kind: consumer, parents: [a], component: {builtin: c}}\n");
+    let no_producer = flow(
+        "  - {name: a, kind: consumer, parents: [a], component: {builtin: videoflow.consumers.VoidConsumer}}\n",
+    );
     assert!(
         error_codes(&no_producer)
             .iter()
@@ -216,7 +218,7 @@ fn edge_rules() {
 #[test]
 fn component_must_be_exactly_one() {
     let text = flow(&format!(
-        "{SRC}  - {{name: two, kind: consumer, parents: [src], component: {{builtin: c, python: {{class: m.C}}}}}}\n  - {{name: none, kind: consumer, parents: [src], component: {{}}}}\n  - {{name: ex, kind: consumer, parents: [src], component: {{exec: {{command: []}}}}}}\n"
+        "{SRC}  - {{name: two, kind: consumer, parents: [src], component: {{builtin: videoflow.consumers.VoidConsumer, python: {{class: m.C}}}}}}\n  - {{name: none, kind: consumer, parents: [src], component: {{}}}}\n  - {{name: ex, kind: consumer, parents: [src], component: {{exec: {{command: []}}}}}}\n"
     ));
     let got = error_codes(&text);
     assert_eq!(
@@ -241,7 +243,7 @@ fn component_must_be_exactly_one() {
 #[test]
 fn knobs_only_where_they_mean_something() {
     let text = flow(
-        "  - {name: src, kind: producer, replicas: 2, partitionBy: trace_id, delivery: best-effort, gpu: {count: 1}, idempotent: true, join: {missing: drop}, component: {builtin: p}}\n  - {name: sink, kind: consumer, parents: [src], finite: false, replicas: 0, gpu: {count: 0}, assets: [{path: /m.onnx, sha256: ABC}], component: {builtin: c}}\n",
+        "  - {name: src, kind: producer, replicas: 2, partitionBy: trace_id, delivery: best-effort, gpu: {count: 1}, idempotent: true, join: {missing: drop}, component: {builtin: videoflow.producers.IntProducer}}\n  - {name: sink, kind: consumer, parents: [src], finite: false, replicas: 0, gpu: {count: 0}, assets: [{path: /m.onnx, sha256: ABC}], component: {builtin: videoflow.consumers.VoidConsumer}}\n",
     );
     let got = error_codes(&text);
     let paths: Vec<&str> = got.iter().map(|(_, p)| p.as_str()).collect();
@@ -266,7 +268,7 @@ fn knobs_only_where_they_mean_something() {
 fn join_rules_have_field_paths() {
     let join = |j: &str, replicas: i32| {
         flow(&format!(
-            "{SRC}  - {{name: b, kind: processor, parents: [src], component: {{builtin: x}}}}\n  - {{name: j, kind: consumer, parents: [src, b], replicas: {replicas}, join: {j}, component: {{builtin: c}}}}\n"
+            "{SRC}  - {{name: b, kind: processor, parents: [src], component: {{builtin: videoflow.processors.IdentityProcessor}}}}\n  - {{name: j, kind: consumer, parents: [src, b], replicas: {replicas}, join: {j}, component: {{builtin: videoflow.consumers.VoidConsumer}}}}\n"
         ))
     };
     // JOIN-1: time mode needs a tolerance.
@@ -309,7 +311,7 @@ fn header_and_name_are_checked() {
 #[test]
 fn output_unread_is_a_warning_only() {
     let text = flow(&format!(
-        "{SRC}  - {{name: dead, kind: processor, parents: [src], component: {{builtin: x}}}}\n"
+        "{SRC}  - {{name: dead, kind: processor, parents: [src], component: {{builtin: videoflow.processors.IdentityProcessor}}}}\n"
     ));
     let d = validate_flow(&doc(&text));
     assert!(errors(&d).is_empty(), "{d:#?}");
@@ -418,4 +420,46 @@ fn run_id_follows_topology_not_replicas() {
     // An explicit run id wins.
     let explicit = DIAMOND.replace("  type: batch\n", "  type: batch\n  runId: run-7\n");
     assert_eq!(compile(&doc(&explicit)).expect("ok").run_id, "run-7");
+}
+
+/// The user's report: `VoidConsumr` passed validation and failed only when its pod started.
+/// Now the class, its family and its params are checked against the catalog, every problem
+/// at once, with "did you mean".
+#[test]
+fn built_in_classes_and_their_params_are_checked_against_the_catalog() {
+    let text = flow(
+        "  - {name: src, kind: producer, component: {builtin: videoflow.producers.IntProducer}, params: {end_valu: 3, fps: fast}}\n  - {name: mid, kind: processor, parents: [src], component: {builtin: videoflow.consumers.VoidConsumer}}\n  - {name: sink, kind: consumer, parents: [mid], component: {builtin: videoflow.consumers.basic.VoidConsumr}}\n",
+    );
+    let d = validate_flow(&doc(&text));
+    let got: Vec<(&str, &str)> = errors(&d)
+        .iter()
+        .map(|d| (d.code.as_str(), d.path.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (codes::VF_FLOW_BUILTIN, "spec.nodes[0].params.end_valu"),
+            (codes::VF_FLOW_BUILTIN, "spec.nodes[0].params.fps"),
+            (codes::VF_FLOW_BUILTIN, "spec.nodes[1].component.builtin"),
+            (codes::VF_FLOW_BUILTIN, "spec.nodes[2].component.builtin"),
+        ],
+        "{d:#?}"
+    );
+    let remedies: Vec<&str> = errors(&d).iter().map(|d| d.remedy.as_str()).collect();
+    assert!(
+        remedies[0].starts_with("Did you mean 'end_value'?"),
+        "{}",
+        remedies[0]
+    );
+    assert!(remedies[1].contains("a finite number"), "{}", remedies[1]);
+    assert!(
+        remedies[2].starts_with("Set kind: consumer"),
+        "{}",
+        remedies[2]
+    );
+    assert!(
+        remedies[3].starts_with("Did you mean 'videoflow.consumers.basic.VoidConsumer'?"),
+        "{}",
+        remedies[3]
+    );
 }

@@ -260,6 +260,53 @@ fn admission_collects_validation_and_autoscaling_problems() {
     assert_eq!(problems[0].path, "spec.broker");
 }
 
+/// The user's report: a misspelt built-in class was admitted and failed only when its pod
+/// started. Admission now refuses it (and a class of the wrong family, and unknown or
+/// mistyped params) with "did you mean", before anything is created.
+#[test]
+fn admission_refuses_unknown_classes_wrong_families_and_bad_params() {
+    let text = VALID
+        .replace(
+            "component: {builtin: videoflow.consumers.basic.VoidConsumer}",
+            "component: {builtin: videoflow.consumers.basic.VoidConsumr}",
+        )
+        .replace(
+            "finite: false, component: {builtin: videoflow.producers.basic.IntProducer}}",
+            "finite: false, component: {builtin: videoflow.processors.IdentityProcessor}, params: {fsp: 2}}",
+        );
+    let problems = admit(&flow(&text), &config()).expect_err("refused");
+    let got: Vec<(&str, &str)> = problems
+        .iter()
+        .map(|p| (p.code.as_str(), p.path.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("VF_FLOW_BUILTIN", "spec.nodes[0].component.builtin"),
+            ("VF_FLOW_BUILTIN", "spec.nodes[0].params.fsp"),
+            ("VF_FLOW_BUILTIN", "spec.nodes[1].component.builtin"),
+        ],
+        "{problems:#?}"
+    );
+    assert!(
+        problems[0].remedy.starts_with("Set kind: processor"),
+        "{}",
+        problems[0].remedy
+    );
+    assert!(
+        problems[1].remedy.starts_with("Did you mean 'fps'?"),
+        "{}",
+        problems[1].remedy
+    );
+    assert!(
+        problems[2]
+            .remedy
+            .starts_with("Did you mean 'videoflow.consumers.basic.VoidConsumer'?"),
+        "{}",
+        problems[2].remedy
+    );
+}
+
 #[test]
 fn plan_applies_only_what_changed_and_prunes_only_our_orphans() {
     let f = flow(VALID);

@@ -367,6 +367,66 @@ spec:
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The user's report, through `videoflow-worker validate`: a misspelt built-in class, a
+/// mistyped param, a wrong `spec.type`, an unknown field and an unknown parent — all five in
+/// one run, each with its path, the class and the field with "did you mean", exit 2.
+#[test]
+fn validate_reports_every_problem_at_once_with_did_you_mean() {
+    let dir = scratch("validate-all");
+    let flow = dir.join("flow.yaml");
+    std::fs::write(
+        &flow,
+        r#"
+apiVersion: videoflow.io/v1alpha1
+kind: Flow
+metadata: {name: all-at-once}
+spec:
+  type: stream
+  nodes:
+  - name: numbers
+    kind: producer
+    component: {builtin: videoflow.producers.basic.IntProducer}
+    params: {end_value: ten}
+  - name: mid
+    kind: processor
+    parents: [numbers]
+    replica: 2
+    component: {builtin: videoflow.processors.IdentityProcessor}
+  - name: sink
+    kind: consumer
+    parents: [mid, nope]
+    component: {builtin: videoflow.consumers.basic.VoidConsumr}
+"#,
+    )
+    .expect("write flow");
+    let out = Command::new(env!("CARGO_BIN_EXE_videoflow-worker"))
+        .arg("validate")
+        .arg(&flow)
+        .output()
+        .expect("runs validate");
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(2), "{log}");
+    for path in [
+        "at spec.type",
+        "at spec.nodes[0].params.end_value",
+        "at spec.nodes[1].replica",
+        "at spec.nodes[2].parents[1]",
+        "at spec.nodes[2].component.builtin",
+    ] {
+        assert!(log.contains(path), "{path} missing:\n{log}");
+    }
+    assert!(
+        log.contains("Did you mean 'videoflow.consumers.basic.VoidConsumer'?"),
+        "{log}"
+    );
+    assert!(log.contains("Did you mean 'replicas'?"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A runtime of its own and a JetStream context on the server at `url`, for reading the
 /// broker's view of a run from a synchronous test.
 fn jetstream(url: &str) -> (tokio::runtime::Runtime, async_nats::jetstream::Context) {

@@ -17,7 +17,13 @@ pub fn flow_from_text(text: &str) -> Result<Flow, Vec<Diagnostic>> {
             .into_iter()
             .filter(|d| !(d.code == codes::VF_FLOW_UNKNOWN_FIELD && outside_spec(&d.path)))
             .collect();
-        if !relevant.is_empty() {
+        // Only a schema problem stops the load (with what validation found besides, so the
+        // author sees everything at once); a file that merely fails validation loads, and
+        // admission reports its problems.
+        let schema = relevant.iter().any(|d| {
+            [codes::VF_FLOW_SCHEMA, codes::VF_FLOW_UNKNOWN_FIELD].contains(&d.code.as_str())
+        });
+        if schema {
             return Err(relevant);
         }
     }

@@ -7,27 +7,21 @@
 use std::time::Duration;
 
 use serde_json::{Map, Value as Json};
+use videoflow_core::catalog::ParamType;
 use videoflow_core::errors::{ErrorCode, VfError};
+use videoflow_core::model::NodeKind;
 use videoflow_core::partition::py_repr_str;
+use videoflow_core::suggest::closest;
 
 use crate::config::{MAX_SECONDS, bounded_seconds};
-
-/// The node family, which decides the base-class parameters a class accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Family {
-    /// `ProducerNode`.
-    Producer,
-    /// `ProcessorNode` (and `OneTaskProcessorNode`).
-    Processor,
-    /// `ConsumerNode`.
-    Consumer,
-}
 
 /// Reads one class's parameters; see the module docs.
 pub(crate) struct Params<'a> {
     class: &'a str,
     map: &'a Map<String, Json>,
-    known: Vec<&'static str>,
+    /// Every parameter asked for, with the shape it was read as (the catalog check compares
+    /// these with `videoflow_core::catalog`).
+    reads: Vec<(&'static str, ParamType)>,
 }
 
 /// Consumer-only declarations carried in the params (1.0.4 `ConsumerNode.__init__`).
@@ -45,13 +39,13 @@ impl<'a> Params<'a> {
         Params {
             class,
             map,
-            known: Vec::new(),
+            reads: Vec::new(),
         }
     }
 
     /// The raw value of `name`, `None` when absent or JSON `null` (Python's default applies).
-    fn get(&mut self, name: &'static str) -> Option<&'a Json> {
-        self.known.push(name);
+    fn get(&mut self, name: &'static str, ty: ParamType) -> Option<&'a Json> {
+        self.reads.push((name, ty));
         self.map.get(name).filter(|v| !v.is_null())
     }
 
@@ -73,7 +67,7 @@ impl<'a> Params<'a> {
 
     /// An integer parameter (a JSON integer; bools and fractions are refused).
     pub(crate) fn opt_int(&mut self, name: &'static str) -> Result<Option<i64>, VfError> {
-        match self.get(name) {
+        match self.get(name, ParamType::Int) {
             None => Ok(None),
             Some(v) => v
                 .as_i64()
@@ -89,7 +83,7 @@ impl<'a> Params<'a> {
 
     /// A number parameter (integers accepted, as Python accepts them for a float).
     pub(crate) fn opt_float(&mut self, name: &'static str) -> Result<Option<f64>, VfError> {
-        match self.get(name) {
+        match self.get(name, ParamType::Number) {
             None => Ok(None),
             Some(v) => v
                 .as_f64()
@@ -134,7 +128,7 @@ impl<'a> Params<'a> {
 
     /// A string parameter.
     pub(crate) fn opt_string(&mut self, name: &'static str) -> Result<Option<String>, VfError> {
-        match self.get(name) {
+        match self.get(name, ParamType::String) {
             None => Ok(None),
             Some(v) => v
                 .as_str()
@@ -169,12 +163,12 @@ impl<'a> Params<'a> {
     /// A parameter of any JSON shape (`None` when absent or `null`), for nodes that take a
     /// literal value.
     pub(crate) fn opt_json(&mut self, name: &'static str) -> Option<&'a Json> {
-        self.get(name)
+        self.get(name, ParamType::Any)
     }
 
     /// A list of integers (absent ⇒ empty).
     pub(crate) fn int_list(&mut self, name: &'static str) -> Result<Vec<i64>, VfError> {
-        match self.get(name) {
+        match self.get(name, ParamType::IntList) {
             None => Ok(Vec::new()),
             Some(v) => v
                 .as_array()
@@ -185,7 +179,7 @@ impl<'a> Params<'a> {
 
     /// A boolean parameter.
     pub(crate) fn bool(&mut self, name: &'static str, default: bool) -> Result<bool, VfError> {
-        match self.get(name) {
+        match self.get(name, ParamType::Bool) {
             None => Ok(default),
             Some(v) => v.as_bool().ok_or_else(|| self.bad(name, "a boolean", v)),
         }
@@ -193,64 +187,72 @@ impl<'a> Params<'a> {
 
     /// A parameter whose JSON shape is checked but whose value the runtime reads from its own
     /// `VF_*` variable (e.g. `partition_by` ↔ `VF_PARTITION_BY`).
-    fn shaped(
-        &mut self,
-        name: &'static str,
-        expected: &str,
-        ok: fn(&Json) -> bool,
-    ) -> Result<(), VfError> {
-        match self.get(name) {
-            Some(v) if !ok(v) => Err(self.bad(name, expected, v)),
+    fn shaped(&mut self, name: &'static str, ty: ParamType) -> Result<(), VfError> {
+        match self.get(name, ty) {
+            Some(v) if !ty.accepts(v) => Err(self.bad(name, ty.describe(), v)),
             _ => Ok(()),
         }
+    }
+
+    /// The parameters read so far, with their shapes.
+    #[cfg(test)]
+    pub(crate) fn reads(&self) -> &[(&'static str, ParamType)] {
+        &self.reads
     }
 
     /// The base-class parameters 1.0.4's `get_params()` emits for every node of `family`
     /// (the compiler ships them with the class's own). The runtime takes their meaning from
     /// the environment; only the consumer flags exist nowhere else, so they are returned.
-    pub(crate) fn base(&mut self, family: Family) -> Result<ConsumerFlags, VfError> {
-        self.shaped("name", "a string", Json::is_string)?;
-        self.shaped("image", "a string", Json::is_string)?;
+    pub(crate) fn base(&mut self, kind: NodeKind) -> Result<ConsumerFlags, VfError> {
+        use ParamType::{Int, Number, Object, String};
+        self.shaped("name", String)?;
+        self.shaped("image", String)?;
         let mut flags = ConsumerFlags::default();
-        match family {
-            Family::Producer => {
+        match kind {
+            NodeKind::Producer => {
                 self.bool("is_finite", true)?;
             }
-            Family::Processor => {
-                self.shaped("nb_tasks", "an integer", |v| v.as_i64().is_some())?;
-                self.shaped("device_type", "a string", Json::is_string)?;
-                self.shaped("partition_by", "a string", Json::is_string)?;
-                self.shaped("join_policy", "an object", Json::is_object)?;
-                self.shaped("gpu_count", "an integer", |v| v.as_i64().is_some())?;
-                self.shaped("gpu_memory_gib", "a number", Json::is_number)?;
-                self.shaped("delivery", "a string", Json::is_string)?;
-                self.shaped("on_error", "a string", Json::is_string)?;
+            NodeKind::Processor => {
+                self.shaped("nb_tasks", Int)?;
+                self.shaped("device_type", String)?;
+                self.shaped("partition_by", String)?;
+                self.shaped("join_policy", Object)?;
+                self.shaped("gpu_count", Int)?;
+                self.shaped("gpu_memory_gib", Number)?;
+                self.shaped("delivery", String)?;
+                self.shaped("on_error", String)?;
             }
-            Family::Consumer => {
+            NodeKind::Consumer => {
                 flags.metadata = self.bool("metadata", false)?;
                 flags.idempotent = self.bool("idempotent", false)?;
-                self.shaped("join_policy", "an object", Json::is_object)?;
-                self.shaped("delivery", "a string", Json::is_string)?;
-                self.shaped("on_error", "a string", Json::is_string)?;
+                self.shaped("join_policy", Object)?;
+                self.shaped("delivery", String)?;
+                self.shaped("on_error", String)?;
             }
         }
         Ok(flags)
     }
 
-    /// Fails on the first parameter nobody asked for (sorted, so the error is stable).
+    /// Fails on the first parameter nobody asked for (sorted, so the error is stable), with
+    /// the closest accepted one as a "did you mean".
     pub(crate) fn finish(self) -> Result<(), VfError> {
         let mut unknown: Vec<&String> = self
             .map
             .keys()
-            .filter(|k| !self.known.contains(&k.as_str()))
+            .filter(|k| !self.reads.iter().any(|(n, _)| n == k))
             .collect();
         unknown.sort();
         let Some(first) = unknown.first() else {
             return Ok(());
         };
-        let mut accepted = self.known.clone();
+        let mut accepted: Vec<&str> = self.reads.iter().map(|(n, _)| *n).collect();
         accepted.sort_unstable();
         accepted.dedup();
+        let listed = format!("Its parameters are: {}.", accepted.join(", "));
+        let remedy = match closest(first, accepted.iter().copied()) {
+            Some(near) => format!("Did you mean {}? {listed}", py_repr_str(near)),
+            None => listed,
+        };
         Err(VfError::new(
             ErrorCode::Config,
             format!(
@@ -259,7 +261,7 @@ impl<'a> Params<'a> {
                 py_repr_str(first)
             ),
         )
-        .with_remedy(format!("Its parameters are: {}.", accepted.join(", ")))
+        .with_remedy(remedy)
         .with_context("variable", "VF_NODE_PARAMS_JSON")
         .with_context("class", self.class)
         .with_context("param", first.as_str()))

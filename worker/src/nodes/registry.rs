@@ -6,6 +6,7 @@
 //! live under `videoflow.rs.*`, a namespace the reference does not use.
 
 use serde_json::{Map, Value as Json};
+use videoflow_core::catalog::{self, ClassSpec};
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::model::NodeKind;
 use videoflow_core::partition::py_repr_str;
@@ -14,7 +15,7 @@ use super::aggregators::{
     CountAggregator, MaxAggregator, MinAggregator, MultiplicationAggregator, SumAggregator,
 };
 use super::consumers::{CommandlineConsumer, FileAppenderConsumer, JsonlSink, VoidConsumer};
-use super::params::{ConsumerFlags, Family, Params};
+use super::params::{ConsumerFlags, Params};
 use super::processors::{IdentityProcessor, JoinerProcessor, ServiceTimeProcessor};
 use super::producers::{IntProducer, SyntheticFrameProducer};
 use super::selfcheck::{Map as MapProcessor, SelfCheck};
@@ -73,12 +74,11 @@ impl std::fmt::Debug for BuiltNode {
 
 type Build = fn(&mut Params<'_>, ConsumerFlags) -> Result<BuiltNode, VfError>;
 
-/// One built-in class: its canonical (module) path, the other names 1.0.4 imports it under
-/// (the short package form, old spellings), its family.
+/// The builder of one built-in class, by its canonical path. Its aliases, family and
+/// parameters are in `videoflow_core::catalog`, which admission reads too; the tests below
+/// fail when the two tables disagree.
 struct Class {
     canonical: &'static str,
-    aliases: &'static [&'static str],
-    family: Family,
     build: Build,
 }
 
@@ -114,19 +114,12 @@ fn video_consumer(node: Box<dyn Consumer>, flags: ConsumerFlags) -> BuiltNode {
 const CLASSES: &[Class] = &[
     Class {
         canonical: "videoflow.producers.basic.IntProducer",
-        aliases: &["videoflow.producers.IntProducer"],
-        family: Family::Producer,
         build: |p, _| IntProducer::from_params(p).map(producer),
     },
     Class {
         // 1.0.4 keeps `VideofileReader = VideoFileReader` for old code, and its package
         // re-exports only that old name; the compiler emits the class's own name.
         canonical: "videoflow.producers.video.VideoFileReader",
-        aliases: &[
-            "videoflow.producers.video.VideofileReader",
-            "videoflow.producers.VideofileReader",
-        ],
-        family: Family::Producer,
         build: |p, _| {
             video::file_reader(p, "videoflow.producers.video.VideoFileReader")
                 .map(BuiltNode::Producer)
@@ -134,110 +127,74 @@ const CLASSES: &[Class] = &[
     },
     Class {
         canonical: "videoflow.rs.producers.SyntheticFrameProducer",
-        aliases: &[],
-        family: Family::Producer,
         build: |p, _| SyntheticFrameProducer::from_params(p).map(producer),
     },
     Class {
         canonical: "videoflow.rs.producers.TickProducer",
-        aliases: &[],
-        family: Family::Producer,
         build: |p, _| TickProducer::from_params(p).map(producer),
     },
     Class {
         canonical: "videoflow.rs.producers.FailingProducer",
-        aliases: &[],
-        family: Family::Producer,
         build: |p, _| FailingProducer::from_params(p).map(producer),
     },
     Class {
         canonical: "videoflow.processors.basic.IdentityProcessor",
-        aliases: &["videoflow.processors.IdentityProcessor"],
-        family: Family::Processor,
         build: |p, _| IdentityProcessor::from_params(p).map(processor),
     },
     Class {
         canonical: "videoflow.processors.basic.JoinerProcessor",
-        aliases: &["videoflow.processors.JoinerProcessor"],
-        family: Family::Processor,
         build: |p, _| JoinerProcessor::from_params(p).map(processor),
     },
     Class {
         canonical: "videoflow.processors.aggregators.SumAggregator",
-        aliases: &["videoflow.processors.SumAggregator"],
-        family: Family::Processor,
         build: |_, _| Ok(processor(SumAggregator::default())),
     },
     Class {
         canonical: "videoflow.processors.aggregators.MultiplicationAggregator",
-        aliases: &["videoflow.processors.MultiplicationAggregator"],
-        family: Family::Processor,
         build: |_, _| Ok(processor(MultiplicationAggregator::default())),
     },
     Class {
         canonical: "videoflow.processors.aggregators.CountAggregator",
-        aliases: &["videoflow.processors.CountAggregator"],
-        family: Family::Processor,
         build: |_, _| Ok(processor(CountAggregator::default())),
     },
     Class {
         canonical: "videoflow.processors.aggregators.MaxAggregator",
-        aliases: &["videoflow.processors.MaxAggregator"],
-        family: Family::Processor,
         build: |_, _| Ok(processor(MaxAggregator::default())),
     },
     Class {
         canonical: "videoflow.processors.aggregators.MinAggregator",
-        aliases: &["videoflow.processors.MinAggregator"],
-        family: Family::Processor,
         build: |_, _| Ok(processor(MinAggregator::default())),
     },
     Class {
         canonical: "videoflow.rs.processors.ServiceTimeProcessor",
-        aliases: &[],
-        family: Family::Processor,
         build: |p, _| ServiceTimeProcessor::from_params(p).map(processor),
     },
     Class {
         canonical: "videoflow.rs.processors.FailOn",
-        aliases: &[],
-        family: Family::Processor,
         build: |p, _| FailOn::from_params(p).map(processor),
     },
     Class {
         canonical: "videoflow.rs.processors.Hang",
-        aliases: &[],
-        family: Family::Processor,
         build: |p, _| Hang::from_params(p).map(processor),
     },
     Class {
         canonical: "videoflow.rs.processors.Map",
-        aliases: &[],
-        family: Family::Processor,
         build: |p, _| MapProcessor::from_params(p).map(processor),
     },
     Class {
         canonical: "videoflow.consumers.basic.CommandlineConsumer",
-        aliases: &["videoflow.consumers.CommandlineConsumer"],
-        family: Family::Consumer,
         build: |p, f| CommandlineConsumer::from_params(p).map(|c| consumer(c, f)),
     },
     Class {
         canonical: "videoflow.consumers.basic.VoidConsumer",
-        aliases: &["videoflow.consumers.VoidConsumer"],
-        family: Family::Consumer,
         build: |_, f| Ok(consumer(VoidConsumer, f)),
     },
     Class {
         canonical: "videoflow.consumers.basic.FileAppenderConsumer",
-        aliases: &["videoflow.consumers.FileAppenderConsumer"],
-        family: Family::Consumer,
         build: |p, f| FileAppenderConsumer::from_params(p).map(|c| consumer(c, f)),
     },
     Class {
         canonical: "videoflow.consumers.video.VideofileWriter",
-        aliases: &["videoflow.consumers.VideofileWriter"],
-        family: Family::Consumer,
         build: |p, f| {
             video::reference_writer(p, "videoflow.consumers.video.VideofileWriter")
                 .map(|node| video_consumer(node, f))
@@ -245,8 +202,6 @@ const CLASSES: &[Class] = &[
     },
     Class {
         canonical: "videoflow.rs.consumers.VideoFileWriter",
-        aliases: &[],
-        family: Family::Consumer,
         build: |p, f| {
             video::h264_writer(p, "videoflow.rs.consumers.VideoFileWriter")
                 .map(|node| video_consumer(node, f))
@@ -254,40 +209,29 @@ const CLASSES: &[Class] = &[
     },
     Class {
         canonical: "videoflow.rs.consumers.JsonlSink",
-        aliases: &[],
-        family: Family::Consumer,
         build: |p, f| JsonlSink::from_params(p).map(|c| consumer(c, f)),
     },
     Class {
         canonical: "videoflow.rs.consumers.SelfCheck",
-        aliases: &[],
-        family: Family::Consumer,
         build: |p, f| SelfCheck::from_params(p).map(|c| consumer(c, f)),
     },
 ];
 
-fn lookup(class: &str) -> Option<&'static Class> {
-    CLASSES
-        .iter()
-        .find(|c| c.canonical == class || c.aliases.contains(&class))
+/// The catalog entry of `class` and its builder.
+fn lookup(class: &str) -> Option<(&'static ClassSpec, &'static Class)> {
+    let spec = catalog::lookup(class)?;
+    let builder = CLASSES.iter().find(|c| c.canonical == spec.canonical)?;
+    Some((spec, builder))
 }
 
 /// Every built-in class by its canonical path (the short package forms are accepted too).
 pub fn known_classes() -> Vec<&'static str> {
-    CLASSES.iter().map(|c| c.canonical).collect()
+    catalog::canonical_names()
 }
 
 /// The canonical path of `class` (itself or its short package form); `None` if unknown.
 pub fn canonical_class(class: &str) -> Option<&'static str> {
-    lookup(class).map(|c| c.canonical)
-}
-
-fn family_kind(family: Family) -> NodeKind {
-    match family {
-        Family::Producer => NodeKind::Producer,
-        Family::Processor => NodeKind::Processor,
-        Family::Consumer => NodeKind::Consumer,
-    }
+    lookup(class).map(|(spec, _)| spec.canonical)
 }
 
 /// Builds the node `class` with `params`, checked against `VF_NODE_KIND` = `kind`.
@@ -301,21 +245,20 @@ pub fn build_node(
     kind: NodeKind,
     params: &Map<String, Json>,
 ) -> Result<BuiltNode, VfError> {
-    let Some(entry) = lookup(class) else {
+    let Some((spec, entry)) = lookup(class) else {
         return Err(unknown_class(class));
     };
-    let mut reader = Params::new(entry.canonical, params);
-    let flags = reader.base(entry.family)?;
-    let node = (entry.build)(&mut reader, flags)?;
+    let mut reader = Params::new(spec.canonical, params);
+    let node = build_with(spec, entry, &mut reader)?;
     reader.finish()?;
-    if family_kind(entry.family) != kind {
+    if spec.kind != kind {
         return Err(VfError::new(
             ErrorCode::NodeContract,
             format!(
                 "VF_NODE_KIND={} requires a {}, but VF_NODE_CLASS ({}) is not one.",
                 py_repr_str(kind.as_str()),
                 family_kind_name(kind),
-                entry.canonical
+                spec.canonical
             ),
         )
         .with_remedy(
@@ -323,9 +266,19 @@ pub fn build_node(
              editing the ConfigMap by hand.",
         )
         .with_context("expected", family_kind_name(kind))
-        .with_context("actual", entry.canonical));
+        .with_context("actual", spec.canonical));
     }
     Ok(node)
+}
+
+/// Reads the family's and the class's parameters and builds the node.
+fn build_with(
+    spec: &ClassSpec,
+    entry: &Class,
+    reader: &mut Params<'_>,
+) -> Result<BuiltNode, VfError> {
+    let flags = reader.base(spec.kind)?;
+    (entry.build)(reader, flags)
 }
 
 fn family_kind_name(kind: NodeKind) -> &'static str {
@@ -338,6 +291,9 @@ fn family_kind_name(kind: NodeKind) -> &'static str {
 
 fn unknown_class(class: &str) -> VfError {
     let known = known_classes();
+    let near = videoflow_core::suggest::closest(class, catalog::all_names())
+        .map(|n| format!("Did you mean {}? ", py_repr_str(n)))
+        .unwrap_or_default();
     VfError::new(
         ErrorCode::Config,
         format!(
@@ -346,7 +302,7 @@ fn unknown_class(class: &str) -> VfError {
         ),
     )
     .with_remedy(format!(
-        "Use one of: {} (or its short package form, e.g. videoflow.producers.IntProducer), or \
+        "{near}Use one of: {} (or its short package form, e.g. videoflow.producers.IntProducer), or \
          run the class as an exec or python component.",
         known.join(", ")
     ))
@@ -358,10 +314,11 @@ fn unknown_class(class: &str) -> VfError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use videoflow_core::catalog::ParamType;
 
     #[test]
     fn aliases_resolve_to_canonical_paths() {
-        for c in CLASSES {
+        for c in catalog::CLASSES {
             assert_eq!(canonical_class(c.canonical), Some(c.canonical));
             for alias in c.aliases {
                 assert_eq!(canonical_class(alias), Some(c.canonical));
@@ -369,12 +326,107 @@ mod tests {
         }
     }
 
+    /// The worker builds exactly the catalog's classes: none the catalog lacks (admission
+    /// would refuse a class the worker runs), none the catalog has that the worker cannot
+    /// build (admission would pass a Flow whose pod then fails).
+    #[test]
+    fn the_worker_builds_exactly_the_catalog_classes() {
+        let mut ours: Vec<&str> = CLASSES.iter().map(|c| c.canonical).collect();
+        let mut listed: Vec<&str> = catalog::canonical_names();
+        ours.sort_unstable();
+        listed.sort_unstable();
+        assert_eq!(ours, listed, "worker registry vs videoflow_core::catalog");
+        ours.dedup();
+        assert_eq!(ours.len(), CLASSES.len(), "a builder is listed twice");
+    }
+
+    /// A value of `ty` the builders accept, for a parameter they require.
+    fn sample(class: &str, name: &str, ty: ParamType) -> Json {
+        match (name, ty) {
+            ("video_file", _) if class.ends_with("VideofileWriter") => "/tmp/x.avi".into(),
+            ("video_file", _) => "/tmp/x.mp4".into(),
+            ("expect", _) => serde_json::json!({"count": 1}),
+            (_, ParamType::Int | ParamType::Number) => 1.into(),
+            (_, ParamType::Bool) => false.into(),
+            (_, ParamType::IntList) => serde_json::json!([]),
+            (_, ParamType::Object) => serde_json::json!({}),
+            _ => "/tmp/x".into(),
+        }
+    }
+
+    /// The parameters each class's builder reads, and their shapes, are the catalog's.
+    /// Required ones are found the way a user finds them: build, read the error's `param`,
+    /// supply it, build again.
+    #[test]
+    fn every_class_reads_exactly_the_catalog_params() {
+        for spec in catalog::CLASSES {
+            let Some((_, entry)) = lookup(spec.canonical) else {
+                panic!("{}: no builder", spec.canonical);
+            };
+            let mut params = Map::new();
+            let reads = loop {
+                let mut reader = Params::new(spec.canonical, &params);
+                let built = build_with(spec, entry, &mut reader);
+                let reads = reader.reads().to_vec();
+                match built {
+                    Ok(_) => break reads,
+                    Err(e) if e.message.contains("without video") => break Vec::new(),
+                    Err(e) => {
+                        let missing = e
+                            .context
+                            .get("param")
+                            .and_then(Json::as_str)
+                            .filter(|p| !params.contains_key(*p))
+                            .map(str::to_owned);
+                        let Some(name) = missing else {
+                            panic!("{}: {e}", spec.canonical);
+                        };
+                        let Some(ty) = spec.param(&name).map(|p| p.ty) else {
+                            panic!("{}: requires '{name}', not in the catalog", spec.canonical);
+                        };
+                        let value = sample(spec.canonical, &name, ty);
+                        params.insert(name, value);
+                    }
+                }
+            };
+            if reads.is_empty() && cfg!(not(feature = "video")) {
+                continue;
+            }
+            let mut listed: Vec<(&str, ParamType)> = spec
+                .params
+                .iter()
+                .chain(catalog::base_params(spec.kind))
+                .map(|p| (p.name, p.ty))
+                .collect();
+            listed.sort_unstable_by_key(|(n, _)| *n);
+            // A builder that reads raw JSON (`Any`) checks the shape itself; the catalog may
+            // say which shape.
+            let mut read: Vec<(&str, ParamType)> = reads
+                .into_iter()
+                .map(|(n, ty)| match (ty, listed.iter().find(|(l, _)| *l == n)) {
+                    (ParamType::Any, Some((_, want))) => (n, *want),
+                    _ => (n, ty),
+                })
+                .collect();
+            read.sort_unstable_by_key(|(n, _)| *n);
+            read.dedup();
+            assert_eq!(read, listed, "{}: worker reads vs catalog", spec.canonical);
+            for p in spec.params.iter().filter(|p| p.required) {
+                assert!(
+                    params.contains_key(p.name),
+                    "{}: the catalog requires '{}', the worker does not",
+                    spec.canonical,
+                    p.name
+                );
+            }
+        }
+    }
+
     #[test]
     fn every_class_builds_from_defaults_or_fails_only_on_required_params() {
-        for c in CLASSES {
-            let kind = family_kind(c.family);
-            match build_node(c.canonical, kind, &Map::new()) {
-                Ok(node) => assert_eq!(node.kind(), kind),
+        for c in catalog::CLASSES {
+            match build_node(c.canonical, c.kind, &Map::new()) {
+                Ok(node) => assert_eq!(node.kind(), c.kind),
                 Err(e) => {
                     assert_eq!(e.code, ErrorCode::Config, "{}: {e}", c.canonical);
                     let without_video =
