@@ -264,6 +264,33 @@ pub struct PodSettings {
     /// How long the kubelet's probes wait before they act.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probes: Option<ProbeBudgets>,
+    /// Pod-level security context (Kubernetes `PodSecurityContext`): fsGroup, supplemental
+    /// groups, sysctls, or the numeric user of every container. It may not weaken the
+    /// restricted profile (docs/OPERATIONS.md, "Pod security").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_object")]
+    pub security_context: Option<serde_json::Value>,
+    /// Container-level security context (Kubernetes `SecurityContext`) merged over the
+    /// restricted defaults of every videoflow container, field by field; a field that would
+    /// weaken the restricted profile is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_object")]
+    pub container_security_context: Option<serde_json::Value>,
+    /// Affinity (Kubernetes `Affinity`) of every pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_object")]
+    pub affinity: Option<serde_json::Value>,
+    /// Topology spread constraints (Kubernetes `TopologySpreadConstraint` objects).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "free_object_list")]
+    pub topology_spread_constraints: Vec<serde_json::Value>,
+    /// Annotations of every pod (service mesh, log shipping, cost allocation).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Seconds a stopping pod gets before SIGKILL; the drain (EOS, in-flight acks) must fit.
+    /// Default: Kubernetes' 30. 0 to 86400.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_grace_period_seconds: Option<i64>,
 }
 
 /// Probe budgets of worker pods, in seconds.

@@ -9,9 +9,11 @@
 //! - [`controller`]: the reconciler — admission, server-side apply and pruning, status
 //!   conditions from Jobs and pods, the teardown finalizer, events and metrics
 //!   (`videoflow-operator run`).
+//! - [`listen`]: the dual-stack metrics and health listener.
 
 pub mod controller;
 pub mod crd;
+pub mod listen;
 pub mod render;
 
 pub use crd::{Flow, FlowPhase, FlowResourceSpec, FlowStatus, NodeStatus, condition_types};

@@ -76,8 +76,8 @@ struct RunArgs {
     /// Flows reconciled at once.
     #[arg(long, env = "VF_OPERATOR_CONCURRENCY", default_value_t = 4)]
     concurrency: u16,
-    /// Address of the metrics and health endpoint.
-    #[arg(long, env = "VF_OPERATOR_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    /// Address of the metrics and health endpoint; `[::]` listens on IPv6 and IPv4 alike.
+    #[arg(long, env = "VF_OPERATOR_METRICS_ADDR", default_value = "[::]:8080")]
     metrics_addr: std::net::SocketAddr,
     /// Worker image when a Flow's spec.image.worker is absent.
     #[arg(long, env = "VF_OPERATOR_WORKER_IMAGE", default_value = render::DEFAULT_WORKER_IMAGE)]
@@ -134,7 +134,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             .await
             .context("connecting to the Kubernetes API (in-cluster or kubeconfig)")?;
         let metrics = Arc::new(Metrics::new());
-        let listener = tokio::net::TcpListener::bind(args.metrics_addr)
+        let listener = videoflow_operator::listen::bind(args.metrics_addr)
             .await
             .with_context(|| format!("binding the metrics address {}", args.metrics_addr))?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

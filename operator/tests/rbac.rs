@@ -658,7 +658,8 @@ fn chart_3_operator_pod_is_restricted_and_single() {
     );
     assert_eq!(
         env.get("VF_OPERATOR_METRICS_ADDR").map(String::as_str),
-        Some("0.0.0.0:8080")
+        Some("[::]:8080"),
+        "dual-stack by default"
     );
     let svc = one(&docs, "Service");
     assert_eq!(svc["spec"]["ports"][0]["port"], 8080);

@@ -900,6 +900,91 @@ fn pod_settings_reach_every_pod() {
     );
 }
 
+/// Security context, affinity, topology spread, annotations and the grace period reach every
+/// pod, the provisioning pod included; the container context is ours with the Flow's fields
+/// over it, and a pod-level user replaces our default user.
+#[test]
+fn pod_security_placement_annotations_and_grace_reach_every_pod() {
+    let text = REALTIME.replace(
+        "  nodes:\n",
+        r#"  pod:
+    securityContext: {runAsUser: 1000, runAsGroup: 1000, fsGroup: 2000}
+    containerSecurityContext: {readOnlyRootFilesystem: false}
+    affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: pool, operator: In, values: [video]}]}]}}}
+    topologySpreadConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway}]
+    annotations: {sidecar.istio.io/inject: "false"}
+    terminationGracePeriodSeconds: 120
+  nodes:
+"#,
+    );
+    let r = rendered(&text);
+    let provision = r
+        .provision
+        .spec
+        .as_ref()
+        .map(|s| &s.template)
+        .expect("template");
+    let mut templates: Vec<(&str, &k8s_openapi::api::core::v1::PodTemplateSpec)> =
+        vec![("provision", provision)];
+    for node in &r.nodes {
+        let t = match &node.workload {
+            render::workloads::Workload::Job(j) => j.spec.as_ref().map(|s| &s.template),
+            render::workloads::Workload::Deployment(d) => d.spec.as_ref().map(|s| &s.template),
+            render::workloads::Workload::StatefulSet(s) => s.spec.as_ref().map(|s| &s.template),
+        };
+        templates.push((&node.node, t.expect("template")));
+    }
+    for (name, t) in templates {
+        let annotations = t.metadata.as_ref().and_then(|m| m.annotations.as_ref());
+        assert_eq!(
+            annotations
+                .and_then(|a| a.get("sidecar.istio.io/inject"))
+                .map(String::as_str),
+            Some("false"),
+            "{name}"
+        );
+        let pod = t.spec.as_ref().expect("pod");
+        assert_eq!(pod.termination_grace_period_seconds, Some(120), "{name}");
+        assert_eq!(
+            pod.security_context.as_ref().and_then(|s| s.fs_group),
+            Some(2000),
+            "{name}"
+        );
+        assert!(
+            pod.affinity
+                .as_ref()
+                .is_some_and(|a| a.node_affinity.is_some()),
+            "{name}"
+        );
+        assert_eq!(
+            pod.topology_spread_constraints.as_ref().map(Vec::len),
+            Some(1),
+            "{name}"
+        );
+        for c in pod
+            .containers
+            .iter()
+            .chain(pod.init_containers.iter().flatten())
+        {
+            let sc = c.security_context.as_ref().expect("security context");
+            assert_eq!(sc.run_as_user, Some(1000), "{name}/{}", c.name);
+            assert_eq!(
+                sc.read_only_root_filesystem,
+                Some(false),
+                "{name}/{}",
+                c.name
+            );
+            assert_eq!(
+                sc.allow_privilege_escalation,
+                Some(false),
+                "{name}/{}",
+                c.name
+            );
+            assert_eq!(sc.run_as_non_root, Some(true), "{name}/{}", c.name);
+        }
+    }
+}
+
 #[test]
 fn invalid_pod_settings_are_errors_with_paths() {
     for (pod, path) in [
@@ -922,6 +1007,34 @@ fn invalid_pod_settings_are_errors_with_paths() {
         (
             "probes: {livenessSeconds: 100000}",
             "spec.pod.probes.livenessSeconds",
+        ),
+        (
+            "containerSecurityContext: {allowPrivilegeEscalation: true}",
+            "spec.pod.containerSecurityContext.allowPrivilegeEscalation",
+        ),
+        (
+            "containerSecurityContext: {capabilities: {add: [SYS_ADMIN]}}",
+            "spec.pod.containerSecurityContext.capabilities.add[0]",
+        ),
+        (
+            "securityContext: {runAsUser: 0}",
+            "spec.pod.securityContext.runAsUser",
+        ),
+        (
+            "securityContext: {fsGroup: many}",
+            "spec.pod.securityContext",
+        ),
+        (
+            "annotations: {videoflow.io/run: x}",
+            "spec.pod.annotations.videoflow.io/run",
+        ),
+        (
+            "terminationGracePeriodSeconds: -1",
+            "spec.pod.terminationGracePeriodSeconds",
+        ),
+        (
+            "topologySpreadConstraints: [{maxSkew: one}]",
+            "spec.pod.topologySpreadConstraints[0]",
         ),
     ] {
         let text = REALTIME.replace("  nodes:\n", &format!("  pod: {{{pod}}}\n  nodes:\n"));

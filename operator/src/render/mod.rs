@@ -24,6 +24,7 @@ pub mod labels;
 pub mod load;
 pub mod pod;
 pub mod provision;
+pub mod security;
 pub mod settings;
 pub mod volumes;
 pub mod workloads;

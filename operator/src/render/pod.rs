@@ -8,9 +8,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    HTTPGetAction, ObjectFieldSelector, PodSpec, Probe, ResourceRequirements, SeccompProfile,
-    SecretKeySelector, SecurityContext, Volume, VolumeMount,
+    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, PodSpec, Probe, ResourceRequirements, SecretKeySelector, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -34,31 +34,7 @@ pub const HEALTH_PORT_NAME: &str = "health";
 /// The downward-API annotation an Indexed Job puts its completion index in.
 pub const COMPLETION_INDEX_ANNOTATION: &str = "batch.kubernetes.io/job-completion-index";
 
-/// The numeric user and group the containers run as: the images' own (`USER 65532:65532`),
-/// and what `runAsNonRoot` needs to admit an image whose `USER` is a name or root — the
-/// kubelet cannot verify a named user is not root, and refuses to start the container.
-pub const RUN_AS_ID: i64 = 65532;
-
-/// The restricted Pod Security Standard, per container: the worker needs no privilege, and
-/// clusters that enforce `restricted` must admit its pods unchanged.
-pub(crate) fn restricted_security_context() -> SecurityContext {
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".to_owned()]),
-            add: None,
-        }),
-        read_only_root_filesystem: Some(true),
-        run_as_non_root: Some(true),
-        run_as_user: Some(RUN_AS_ID),
-        run_as_group: Some(RUN_AS_ID),
-        seccomp_profile: Some(SeccompProfile {
-            type_: "RuntimeDefault".to_owned(),
-            localhost_profile: None,
-        }),
-        ..SecurityContext::default()
-    }
-}
+pub use super::security::RUN_AS_ID;
 
 /// One rendered variable: a literal, or a `secretKeyRef` so credentials never appear in the
 /// manifest.
@@ -272,7 +248,7 @@ pub(crate) fn worker_pod_spec(
                 image: Some(ctx.image.clone()),
                 image_pull_policy: Some(ctx.pull_policy.clone()),
                 command: Some(vec!["cp".into(), WORKER_BINARY.into(), wrapper.clone()]),
-                security_context: Some(restricted_security_context()),
+                security_context: Some(ctx.pod.container_security()),
                 termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
                 volume_mounts: Some(vec![mount(WRAPPER_VOLUME, WRAPPER_DIR, false)]),
                 ..Container::default()
@@ -319,7 +295,7 @@ pub(crate) fn worker_pod_spec(
         )),
         readiness_probe: Some(http_probe("/readyz", 5, 3)),
         resources: resources(ctx, index, spec, decl)?,
-        security_context: Some(restricted_security_context()),
+        security_context: Some(ctx.pod.container_security()),
         termination_message_path: Some(TERMINATION_LOG.to_owned()),
         // The worker writes a JSON reason there; abrupt deaths fall back to the log tail.
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),

@@ -6,14 +6,13 @@ use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, PodSpec, PodTemplateSpec, Volume,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::configmaps::{SPECS_KEY, specs_configmap_name};
 use super::context::Ctx;
 use super::error::RenderError;
 use super::labels::Component;
-use super::pod::{
-    TERMINATION_LOG, WORKER_BINARY, env_var, mount, restricted_security_context, tmp_volume,
-};
+use super::pod::{TERMINATION_LOG, WORKER_BINARY, env_var, mount, tmp_volume};
 use super::volumes::SPECS_VOLUME;
 use super::workloads::pod_failure_policy;
 
@@ -69,7 +68,7 @@ pub(crate) fn provision_job(ctx: &Ctx) -> Result<Job, RenderError> {
         image_pull_policy: Some(ctx.pull_policy.clone()),
         command: Some(vec![WORKER_BINARY.to_owned(), "provision".to_owned()]),
         env: Some(env),
-        security_context: Some(restricted_security_context()),
+        security_context: Some(ctx.pod.container_security()),
         termination_message_path: Some(TERMINATION_LOG.to_owned()),
         // Provisioning failures are otherwise opaque; the log tail reaches the status.
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
@@ -103,7 +102,10 @@ pub(crate) fn provision_job(ctx: &Ctx) -> Result<Job, RenderError> {
             backoff_limit: Some(PROVISION_BACKOFF_LIMIT),
             pod_failure_policy: Some(pod_failure_policy("provision")),
             template: PodTemplateSpec {
-                metadata: Some(ctx.run.template_meta(Component::Provision, None)),
+                metadata: Some(ObjectMeta {
+                    annotations: ctx.pod.pod_annotations(),
+                    ..ctx.run.template_meta(Component::Provision, None)
+                }),
                 spec: Some(pod),
             },
             ..JobSpec::default()

@@ -7,7 +7,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{PodSpec, Toleration, Volume, VolumeMount};
+use k8s_openapi::api::core::v1::{
+    Affinity, PodSecurityContext, PodSpec, SecurityContext, Toleration, TopologySpreadConstraint,
+    Volume, VolumeMount,
+};
 use serde::de::DeserializeOwned;
 use videoflow_core::model::PodSettings;
 
@@ -33,6 +36,18 @@ pub(crate) struct PodExtras {
     pub startup_seconds: i32,
     /// `spec.pod.probes.livenessSeconds` (default [`DEFAULT_LIVENESS_SECONDS`]).
     pub liveness_seconds: i32,
+    /// Pod-level security context (checked against the restricted profile).
+    pub security_context: Option<PodSecurityContext>,
+    /// Container-level fields merged over the restricted defaults (checked).
+    pub container_security_context: Option<SecurityContext>,
+    /// Affinity of every pod.
+    pub affinity: Option<Affinity>,
+    /// Topology spread of every pod.
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    /// Annotations of every pod template.
+    pub annotations: BTreeMap<String, String>,
+    /// Seconds between SIGTERM and SIGKILL; `None` keeps Kubernetes' default.
+    pub termination_grace_period_seconds: Option<i64>,
 }
 
 /// Start-up and `open()` may take ten minutes by default: model loads and image pulls of
@@ -42,6 +57,9 @@ pub const DEFAULT_STARTUP_SECONDS: i32 = 600;
 pub const DEFAULT_LIVENESS_SECONDS: i32 = 45;
 const STARTUP_RANGE: (i32, i32) = (10, 86_400);
 const LIVENESS_RANGE: (i32, i32) = (15, 3_600);
+const GRACE_RANGE: (i64, i64) = (0, 86_400);
+/// Annotation prefixes videoflow and Kubernetes set themselves.
+const RESERVED_ANNOTATION_PREFIXES: &[&str] = &["videoflow.io/", "batch.kubernetes.io/"];
 
 impl Default for PodExtras {
     fn default() -> Self {
@@ -54,6 +72,12 @@ impl Default for PodExtras {
             volume_mounts: Vec::new(),
             startup_seconds: DEFAULT_STARTUP_SECONDS,
             liveness_seconds: DEFAULT_LIVENESS_SECONDS,
+            security_context: None,
+            container_security_context: None,
+            affinity: None,
+            topology_spread_constraints: Vec::new(),
+            annotations: BTreeMap::new(),
+            termination_grace_period_seconds: None,
         }
     }
 }
@@ -99,7 +123,58 @@ impl PodExtras {
             }
         }
         let probes = s.probes.clone().unwrap_or_default();
+        let security_context: Option<PodSecurityContext> = s
+            .security_context
+            .as_ref()
+            .map(|v| parse_value(v, "spec.pod.securityContext".to_owned()))
+            .transpose()?;
+        if let Some(sc) = &security_context {
+            super::security::check_pod(sc)?;
+        }
+        let container_security_context: Option<SecurityContext> = s
+            .container_security_context
+            .as_ref()
+            .map(|v| parse_value(v, "spec.pod.containerSecurityContext".to_owned()))
+            .transpose()?;
+        if let Some(sc) = &container_security_context {
+            super::security::check_container(sc)?;
+        }
+        if let Some(key) = s.annotations.keys().find(|k| {
+            RESERVED_ANNOTATION_PREFIXES
+                .iter()
+                .any(|p| k.starts_with(p))
+        }) {
+            return Err(RenderError::InvalidField {
+                path: format!("spec.pod.annotations.{key}"),
+                message: format!("'{key}' is under a prefix videoflow or Kubernetes sets itself"),
+            });
+        }
+        let termination_grace_period_seconds = match s.termination_grace_period_seconds {
+            Some(g) if !(GRACE_RANGE.0..=GRACE_RANGE.1).contains(&g) => {
+                return Err(RenderError::InvalidField {
+                    path: "spec.pod.terminationGracePeriodSeconds".to_owned(),
+                    message: format!(
+                        "{g} is outside {}..={} seconds; leave it unset for Kubernetes' 30",
+                        GRACE_RANGE.0, GRACE_RANGE.1
+                    ),
+                });
+            }
+            other => other,
+        };
         Ok(PodExtras {
+            security_context,
+            container_security_context,
+            affinity: s
+                .affinity
+                .as_ref()
+                .map(|v| parse_value(v, "spec.pod.affinity".to_owned()))
+                .transpose()?,
+            topology_spread_constraints: parse_list(
+                &s.topology_spread_constraints,
+                "spec.pod.topologySpreadConstraints",
+            )?,
+            annotations: s.annotations.clone(),
+            termination_grace_period_seconds,
             startup_seconds: budget(
                 probes.startup_seconds,
                 DEFAULT_STARTUP_SECONDS,
@@ -128,6 +203,23 @@ impl PodExtras {
         pod.priority_class_name = self.priority_class_name.clone();
         pod.node_selector = non_empty_map(self.node_selector.clone());
         pod.tolerations = non_empty(self.tolerations.clone());
+        pod.affinity = self.affinity.clone();
+        pod.topology_spread_constraints = non_empty(self.topology_spread_constraints.clone());
+        pod.security_context = self.security_context.clone();
+        pod.termination_grace_period_seconds = self.termination_grace_period_seconds;
+    }
+
+    /// The security context of every videoflow container (rule: `render::security`).
+    pub fn container_security(&self) -> k8s_openapi::api::core::v1::SecurityContext {
+        super::security::container_context(
+            self.security_context.as_ref(),
+            self.container_security_context.as_ref(),
+        )
+    }
+
+    /// The annotations of every pod template; `None` when there are none.
+    pub fn pod_annotations(&self) -> Option<BTreeMap<String, String>> {
+        non_empty_map(self.annotations.clone())
     }
 }
 

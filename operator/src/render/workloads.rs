@@ -184,7 +184,10 @@ pub(crate) fn node_objects(ctx: &Ctx, spec: &NodeSpec) -> Result<NodeObjects, Re
         .into(),
     );
     let template = PodTemplateSpec {
-        metadata: Some(ctx.run.template_meta(Component::Worker, Some(&spec.name))),
+        metadata: Some(ObjectMeta {
+            annotations: ctx.pod.pod_annotations(),
+            ..ctx.run.template_meta(Component::Worker, Some(&spec.name))
+        }),
         spec: Some(pod),
     };
     let selector = ctx.run.selector(&spec.name);
