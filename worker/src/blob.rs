@@ -168,7 +168,9 @@ pub enum ReleaseOutcome {
 /// hiding the transient failures the DELIV-7 ladder must see.
 #[derive(Clone)]
 pub(crate) struct RedisLink {
-    client: redis::Client,
+    /// Boxed: with TLS compiled in, the client's connection info is a few hundred bytes,
+    /// and every store enum holding a link would be that large.
+    client: Box<redis::Client>,
     slot: Arc<Mutex<Option<MultiplexedConnection>>>,
     timeout: Duration,
 }
@@ -191,12 +193,12 @@ impl RedisLink {
                 format!("Blob store URL {} is not usable: {e}", py_repr_str(url)),
             )
             .with_remedy(
-                "Use redis://host:port/db or unix:///path/to/socket (rediss:// needs a build \
-                 with TLS support).",
+                "Use redis://host:port/db, rediss://host:port/db (TLS) or \
+                 unix:///path/to/socket.",
             )
         })?;
         Ok(RedisLink {
-            client,
+            client: Box::new(client),
             slot: Arc::new(Mutex::new(None)),
             timeout: DEFAULT_STORE_TIMEOUT,
         })

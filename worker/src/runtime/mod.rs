@@ -74,6 +74,11 @@ async fn start(env: &Environment, signals: &Signals) -> Result<i32, VfError> {
     crate::health::install(crate::health::HealthState::new(&cfg.node_name));
     // Step 3: explicit profiles read back over its own connection (ADM-3).
     crate::admission::verify_bound_profiles(&cfg).await?;
+    // A `rediss://` store whose certificate is not trusted never heals: refuse it now.
+    if let Some(url) = &cfg.blob_url {
+        crate::store::tls::check_trust("VF_BLOB_REDIS_URL", url).await?;
+    }
+    crate::store::tls::check_trust("VF_RUNTIME_STORE_URL", &cfg.runtime_store_url).await?;
     // Step 4: the payload store.
     let blob = match &cfg.blob_url {
         Some(url) => Some(BlobStore::connect(

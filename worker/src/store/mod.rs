@@ -24,6 +24,7 @@ pub mod lease;
 pub mod ledger;
 pub mod memory;
 pub mod redis;
+pub mod tls;
 
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::partition::py_repr_str;

@@ -38,7 +38,8 @@ pub const TRANSACTION_CONNECTIONS: usize = 8;
 /// The Redis runtime store. Clones share the connections.
 #[derive(Clone)]
 pub struct RedisStore {
-    client: redis::Client,
+    /// Boxed: with TLS compiled in, the client's connection info is a few hundred bytes.
+    client: Box<redis::Client>,
     /// Commands outside a transaction: cloned per call, so concurrent calls pipeline.
     shared: Arc<Mutex<Option<MultiplexedConnection>>>,
     /// Idle transaction connections.
@@ -74,7 +75,7 @@ fn open_client(url: &str) -> Result<redis::Client, VfError> {
             ErrorCode::Config,
             format!("Runtime store URL {} is not usable: {e}", py_repr_str(url)),
         )
-        .with_remedy("Use redis://host:6379/0 (rediss:// needs a build with TLS support).")
+        .with_remedy("Use redis://host:6379/0, or rediss://host:6380/0 for TLS.")
     })
 }
 
@@ -97,7 +98,7 @@ impl RedisStore {
     /// `VF_CONFIG` for a malformed URL.
     pub fn open(url: &str) -> Result<Self, VfError> {
         Ok(RedisStore {
-            client: open_client(url)?,
+            client: Box::new(open_client(url)?),
             shared: Arc::new(Mutex::new(None)),
             idle: Arc::new(std::sync::Mutex::new(Vec::new())),
             transactions: Arc::new(Semaphore::new(TRANSACTION_CONNECTIONS)),
