@@ -166,6 +166,12 @@ impl<'a> Params<'a> {
         })
     }
 
+    /// Whether `name` is given as JSON `null` (Python `None` passed explicitly), which the
+    /// typed readers take for "use the default".
+    pub(crate) fn is_null(&self, name: &str) -> bool {
+        matches!(self.map.get(name), Some(Json::Null))
+    }
+
     /// A parameter of any JSON shape (`None` when absent or `null`), for nodes that take a
     /// literal value.
     pub(crate) fn opt_json(&mut self, name: &'static str) -> Option<&'a Json> {

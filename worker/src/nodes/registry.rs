@@ -20,6 +20,10 @@ use super::producers::{IntProducer, SyntheticFrameProducer};
 use super::selfcheck::{Map as MapProcessor, SelfCheck};
 use super::testing::{FailOn, FailingProducer, Hang, TickProducer};
 use super::video;
+use super::vision::annotators::BoundingBoxAnnotator;
+use super::vision::transformers::{
+    CropImageTransformer, MaskImageTransformer, ResizeImageTransformer,
+};
 use super::{Consumer, Processor, Producer};
 
 /// Declarations a consumer carries in its params (1.0.4 `ConsumerNode.__init__`) that the
@@ -133,6 +137,24 @@ const CLASSES: &[Class] = &[
         },
     },
     Class {
+        canonical: "videoflow.producers.video.ImageProducer",
+        aliases: &[],
+        family: Family::Producer,
+        build: |p, _| {
+            video::image_producer(p, "videoflow.producers.video.ImageProducer")
+                .map(BuiltNode::Producer)
+        },
+    },
+    Class {
+        canonical: "videoflow.producers.video.ImageFolderReader",
+        aliases: &[],
+        family: Family::Producer,
+        build: |p, _| {
+            video::image_folder_reader(p, "videoflow.producers.video.ImageFolderReader")
+                .map(BuiltNode::Producer)
+        },
+    },
+    Class {
         canonical: "videoflow.rs.producers.SyntheticFrameProducer",
         aliases: &[],
         family: Family::Producer,
@@ -191,6 +213,30 @@ const CLASSES: &[Class] = &[
         aliases: &["videoflow.processors.MinAggregator"],
         family: Family::Processor,
         build: |_, _| Ok(processor(MinAggregator::default())),
+    },
+    Class {
+        canonical: "videoflow.processors.vision.transformers.ResizeImageTransformer",
+        aliases: &[],
+        family: Family::Processor,
+        build: |p, _| ResizeImageTransformer::from_params(p).map(processor),
+    },
+    Class {
+        canonical: "videoflow.processors.vision.transformers.CropImageTransformer",
+        aliases: &[],
+        family: Family::Processor,
+        build: |p, _| CropImageTransformer::from_params(p).map(processor),
+    },
+    Class {
+        canonical: "videoflow.processors.vision.transformers.MaskImageTransformer",
+        aliases: &[],
+        family: Family::Processor,
+        build: |_, _| Ok(processor(MaskImageTransformer)),
+    },
+    Class {
+        canonical: "videoflow.processors.vision.annotators.BoundingBoxAnnotator",
+        aliases: &[],
+        family: Family::Processor,
+        build: |p, _| BoundingBoxAnnotator::from_params(p).map(processor),
     },
     Class {
         canonical: "videoflow.rs.processors.ServiceTimeProcessor",
