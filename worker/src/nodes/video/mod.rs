@@ -7,6 +7,8 @@
 //!   `(index, frame)` outputs and event timestamps, over [`media`].
 //! - [`images`] — 1.0.4's `ImageProducer` and `ImageFolderReader`: still images through
 //!   FFmpeg's image decoders, RGB as `cv2.imread(...)[..., ::-1]`.
+//! - [`check`] — what a sample's self-check reads back from a written video: frames, size,
+//!   frames showing the box colour, and a PNG contact sheet.
 //! - [`encode`] — frames to a file through FFmpeg's encoders and muxers, on its own thread.
 //! - [`writer`] — 1.0.4's `VideofileWriter` (`.avi`, Motion JPEG) and our H.264
 //!   `VideoFileWriter` (MP4/MKV/MOV), over [`encode`].
@@ -16,6 +18,8 @@
 //! knows the video classes and refuses them with a `VF_CONFIG` error that says why, instead
 //! of calling them unknown.
 
+#[cfg(feature = "video")]
+pub mod check;
 #[cfg(feature = "video")]
 mod encode;
 #[cfg(feature = "video")]
