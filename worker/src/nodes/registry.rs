@@ -18,7 +18,7 @@ use super::params::{ConsumerFlags, Family, Params};
 use super::processors::{IdentityProcessor, JoinerProcessor, ServiceTimeProcessor};
 use super::producers::{IntProducer, SyntheticFrameProducer};
 use super::selfcheck::{Map as MapProcessor, SelfCheck};
-use super::testing::{FailOn, FailingProducer, Hang, TickProducer};
+use super::testing::{Constant, FailOn, FailingProducer, Hang, TickProducer};
 use super::video;
 use super::vision::annotators::BoundingBoxAnnotator;
 use super::vision::transformers::{
@@ -243,6 +243,12 @@ const CLASSES: &[Class] = &[
         aliases: &[],
         family: Family::Processor,
         build: |p, _| ServiceTimeProcessor::from_params(p).map(processor),
+    },
+    Class {
+        canonical: "videoflow.rs.processors.Constant",
+        aliases: &[],
+        family: Family::Processor,
+        build: |p, _| Constant::from_params(p).map(processor),
     },
     Class {
         canonical: "videoflow.rs.processors.FailOn",
