@@ -150,20 +150,23 @@ impl<'a> Params<'a> {
 
     /// A string parameter without a default (Python raises without it).
     pub(crate) fn required_string(&mut self, name: &'static str) -> Result<String, VfError> {
-        self.opt_string(name)?.ok_or_else(|| {
-            VfError::new(
-                ErrorCode::Config,
-                format!(
-                    "VF_NODE_PARAMS_JSON: {} requires parameter {}.",
-                    self.class,
-                    py_repr_str(name)
-                ),
-            )
-            .with_remedy("Add it to the node's params in the Flow.")
-            .with_context("variable", "VF_NODE_PARAMS_JSON")
-            .with_context("class", self.class)
-            .with_context("param", name)
-        })
+        self.opt_string(name)?.ok_or_else(|| self.missing(name))
+    }
+
+    /// `VF_CONFIG`: required parameter `name` is absent.
+    pub(crate) fn missing(&self, name: &'static str) -> VfError {
+        VfError::new(
+            ErrorCode::Config,
+            format!(
+                "VF_NODE_PARAMS_JSON: {} requires parameter {}.",
+                self.class,
+                py_repr_str(name)
+            ),
+        )
+        .with_remedy("Add it to the node's params in the Flow.")
+        .with_context("variable", "VF_NODE_PARAMS_JSON")
+        .with_context("class", self.class)
+        .with_context("param", name)
     }
 
     /// Whether `name` is given as JSON `null` (Python `None` passed explicitly), which the

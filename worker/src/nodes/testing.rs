@@ -178,7 +178,7 @@ pub struct Constant {
 impl Constant {
     pub(crate) fn from_params(p: &mut Params<'_>) -> Result<Self, VfError> {
         let Some(value) = p.opt_json("value").map(json_to_value) else {
-            return Err(p.bad("value", "a JSON literal", &Json::Null));
+            return Err(p.missing("value"));
         };
         Ok(Constant { value })
     }
