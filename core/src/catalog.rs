@@ -192,6 +192,8 @@ pub const CLASSES: &[ClassSpec] = &[
     class("videoflow.producers.basic.IntProducer", &["videoflow.producers.IntProducer"], Producer, &[opt("start_value", Int), opt("end_value", Int), opt("wait_time_in_seconds", Number), opt("fps", Number)]),
     // 1.0.4 keeps `VideofileReader = VideoFileReader` for old code; its package re-exports only the old name.
     class("videoflow.producers.video.VideoFileReader", &["videoflow.producers.video.VideofileReader", "videoflow.producers.VideofileReader"], Producer, &[req("video_file", Str), opt("swap_channels", Bool), opt("nb_frames", Int), opt("timestamp_source", Str)]),
+    class("videoflow.producers.video.ImageProducer", &[], Producer, &[req("image_path", Str)]),
+    class("videoflow.producers.video.ImageFolderReader", &[], Producer, &[req("folder_path", Str)]),
     class("videoflow.rs.producers.SyntheticFrameProducer", &[], Producer, &[opt("width", Int), opt("height", Int), opt("channels", Int), opt("count", Int), opt("fps", Number)]),
     class("videoflow.rs.producers.TickProducer", &[], Producer, &[opt("count", Int), opt("period_ms", Number), opt("start_ts", Number), opt("skip_every", Int), opt("value", Any), opt("pace", Bool), opt("pace_relative", Bool)]),
     class("videoflow.rs.producers.FailingProducer", &[], Producer, &[opt("emit", Int), opt("message", Str)]),
@@ -202,9 +204,14 @@ pub const CLASSES: &[ClassSpec] = &[
     class("videoflow.processors.aggregators.CountAggregator", &["videoflow.processors.CountAggregator"], Processor, &[]),
     class("videoflow.processors.aggregators.MaxAggregator", &["videoflow.processors.MaxAggregator"], Processor, &[]),
     class("videoflow.processors.aggregators.MinAggregator", &["videoflow.processors.MinAggregator"], Processor, &[]),
+    class("videoflow.processors.vision.transformers.ResizeImageTransformer", &[], Processor, &[opt("new_size", Any), opt("maintain_ratio", Bool)]),
+    class("videoflow.processors.vision.transformers.CropImageTransformer", &[], Processor, &[opt("crop_dimensions", Any)]),
+    class("videoflow.processors.vision.transformers.MaskImageTransformer", &[], Processor, &[]),
+    class("videoflow.processors.vision.annotators.BoundingBoxAnnotator", &[], Processor, &[opt("class_labels_path", Str), opt("class_labels_dataset", Str), opt("box_color", Any), opt("box_thickness", Int), opt("text_color", Any)]),
     class("videoflow.rs.processors.ServiceTimeProcessor", &[], Processor, &[opt("ms", Number), opt("mode", Str)]),
     class("videoflow.rs.processors.FailOn", &[], Processor, &[opt("values", IntList), opt("code", Str)]),
     class("videoflow.rs.processors.Hang", &[], Processor, &[opt("hang_on", IntList), opt("open_seconds", Number)]),
+    class("videoflow.rs.processors.Constant", &[], Processor, &[req("value", Any)]),
     class("videoflow.rs.processors.Map", &[], Processor, &[opt("op", Str), opt("operand", Number), opt("key_mod", Int)]),
     class("videoflow.consumers.basic.CommandlineConsumer", &["videoflow.consumers.CommandlineConsumer"], Consumer, &[opt("sep", Str), opt("end", Str)]),
     class("videoflow.consumers.basic.VoidConsumer", &["videoflow.consumers.VoidConsumer"], Consumer, &[]),
@@ -212,7 +219,7 @@ pub const CLASSES: &[ClassSpec] = &[
     class("videoflow.consumers.video.VideofileWriter", &["videoflow.consumers.VideofileWriter"], Consumer, &[req("video_file", Str), opt("swap_channels", Bool), opt("fps", Number)]),
     class("videoflow.rs.consumers.VideoFileWriter", &[], Consumer, &[req("video_file", Str), opt("swap_channels", Bool), opt("fps", Number), opt("crf", Int), opt("preset", Str)]),
     class("videoflow.rs.consumers.JsonlSink", &[], Consumer, &[req("path", Str)]),
-    class("videoflow.rs.consumers.SelfCheck", &[], Consumer, &[req("path", Str), req("expect", Object), opt("partitions", Int)]),
+    class("videoflow.rs.consumers.SelfCheck", &[], Consumer, &[req("path", Str), req("expect", Object), opt("partitions", Int), opt("video_file", Str), opt("box_color", IntList), opt("contact_sheet", Str)]),
 ];
 
 /// The class named `name` (canonical path or alias).

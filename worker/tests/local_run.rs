@@ -240,6 +240,80 @@ fn sample_python_component_checks_itself() {
     sample_passes("python-component");
 }
 
+/// Makes the people sample's input in `workdir` as its header says: the SDK's clip maker
+/// (OpenCV drawing, the ffmpeg CLI encoding H.264), 32 frames — with `nobody`, all empty.
+fn people_clip(workdir: &Path, nobody: bool) {
+    std::fs::create_dir_all(workdir).expect("workdir");
+    let env = python_sdk_env();
+    let path = env
+        .iter()
+        .find(|(k, _)| *k == "PATH")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let mut cmd = Command::new("python3");
+    cmd.args(["-m", "videoflow_sdk.examples.people_clip"])
+        .arg(workdir.join("people.mp4"))
+        .args(["--frames", "32"])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("PATH", path);
+    if nobody {
+        cmd.arg("--nobody");
+    }
+    let out = cmd.output().expect("start python3 (source scripts/env.sh)");
+    assert!(
+        out.status.success(),
+        "the clip maker failed (./scripts/install-deps installs OpenCV into the SDK venv): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The video sample (#18): an H.264 file made at run time → resize → the SDK's HOG people
+/// detector (Python) → BoundingBoxAnnotator → our H.264 writer; its self-check decodes the
+/// written MP4 (frames, size, frames with boxes) and writes a contact sheet, and the runner
+/// prints both paths.
+#[test]
+fn sample_people_checks_itself() {
+    let _serial = serial();
+    let dir = scratch("people");
+    people_clip(&dir.join("work"), false);
+    let verdict = sample_run("people", &dir, &[]);
+    assert_eq!(verdict["actual"]["video_frames"], 32, "{verdict:#}");
+    let sheet = verdict["outputs"]["contact_sheet"]
+        .as_str()
+        .expect("sheet path");
+    let png = std::fs::read(sheet).expect("contact sheet written");
+    assert_eq!(&png[1..4], b"PNG", "{sheet} is a PNG");
+    let log = std::fs::read_to_string(dir.join("run.log")).unwrap_or_default();
+    assert!(log.contains(&format!("contact sheet: {sheet}")), "{log}");
+    assert!(log.contains("annotated.mp4"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The same sample over a clip with nobody in it: no boxes are drawn, so its self-check
+/// fails and the run exits 4 — the check looks at what was drawn.
+#[test]
+fn the_people_sample_fails_on_a_clip_without_people() {
+    let _serial = serial();
+    let dir = scratch("people-nobody");
+    let workdir = dir.join("work");
+    people_clip(&workdir, true);
+    let flow = repo_root().join("config/samples/people.yaml");
+    let (code, log) = run(
+        &flow,
+        &dir,
+        &[
+            "--workdir",
+            workdir.to_str().expect("utf-8"),
+            "--timeout",
+            "150",
+        ],
+    );
+    assert_eq!(code, Some(4), "{log}");
+    assert!(log.contains("self-check check: FAILED"), "{log}");
+    assert!(log.contains("video_box_frames"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Every sample in `config/samples/` has a test above (a new sample must get one).
 #[test]
 fn every_sample_has_a_runner_test() {
@@ -256,6 +330,7 @@ fn every_sample_has_a_runner_test() {
         names,
         [
             "frames",
+            "people",
             "python-component",
             "toy-calculator",
             "toy-fusion",

@@ -274,6 +274,7 @@ fn report_self_checks(checks: &[SelfCheckArtifact]) -> bool {
         match verdict {
             Some(v) if v["ok"] == serde_json::Value::Bool(true) => {
                 eprintln!("self-check {}: ok ({})", c.node, c.path.display());
+                print_outputs(&v);
             }
             Some(v) => {
                 all_ok = false;
@@ -295,6 +296,18 @@ fn report_self_checks(checks: &[SelfCheckArtifact]) -> bool {
         }
     }
     all_ok
+}
+
+/// The files a self-check points a person at (its artifact's `outputs`: a written video,
+/// a contact sheet), one line each.
+fn print_outputs(verdict: &serde_json::Value) {
+    if let Some(outputs) = verdict["outputs"].as_object() {
+        for (what, path) in outputs {
+            if let Some(path) = path.as_str() {
+                eprintln!("  {}: {path}", what.replace('_', " "));
+            }
+        }
+    }
 }
 
 /// Starts a private redis-server when the Flow asks for a payload store without a URL.

@@ -17,6 +17,8 @@
 //!   with.
 //! - [`video`] — the video nodes over FFmpeg (`VideoFileReader`), behind the `video` cargo
 //!   feature.
+//! - [`vision`] — the reference's image transformers and `BoundingBoxAnnotator`, pixel for
+//!   pixel as OpenCV computes them (plain Rust, in every build).
 //! - [`testing`] — test-support nodes (`TickProducer`, `FailOn`, `FailingProducer`) that let
 //!   end-to-end tests drive time joins, the failure ladder, dead letters and ABORTs.
 //!
@@ -37,6 +39,7 @@ pub mod registry;
 pub mod selfcheck;
 pub mod testing;
 pub mod video;
+pub mod vision;
 
 use videoflow_core::envelope::Payload;
 use videoflow_core::errors::{ErrorCode, VfError};

@@ -144,20 +144,29 @@ impl<'a> Params<'a> {
 
     /// A string parameter without a default (Python raises without it).
     pub(crate) fn required_string(&mut self, name: &'static str) -> Result<String, VfError> {
-        self.opt_string(name)?.ok_or_else(|| {
-            VfError::new(
-                ErrorCode::Config,
-                format!(
-                    "VF_NODE_PARAMS_JSON: {} requires parameter {}.",
-                    self.class,
-                    py_repr_str(name)
-                ),
-            )
-            .with_remedy("Add it to the node's params in the Flow.")
-            .with_context("variable", "VF_NODE_PARAMS_JSON")
-            .with_context("class", self.class)
-            .with_context("param", name)
-        })
+        self.opt_string(name)?.ok_or_else(|| self.missing(name))
+    }
+
+    /// `VF_CONFIG`: required parameter `name` is absent.
+    pub(crate) fn missing(&self, name: &'static str) -> VfError {
+        VfError::new(
+            ErrorCode::Config,
+            format!(
+                "VF_NODE_PARAMS_JSON: {} requires parameter {}.",
+                self.class,
+                py_repr_str(name)
+            ),
+        )
+        .with_remedy("Add it to the node's params in the Flow.")
+        .with_context("variable", "VF_NODE_PARAMS_JSON")
+        .with_context("class", self.class)
+        .with_context("param", name)
+    }
+
+    /// Whether `name` is given as JSON `null` (Python `None` passed explicitly), which the
+    /// typed readers take for "use the default".
+    pub(crate) fn is_null(&self, name: &str) -> bool {
+        matches!(self.map.get(name), Some(Json::Null))
     }
 
     /// A parameter of any JSON shape (`None` when absent or `null`), for nodes that take a

@@ -19,8 +19,12 @@ use super::params::{ConsumerFlags, Params};
 use super::processors::{IdentityProcessor, JoinerProcessor, ServiceTimeProcessor};
 use super::producers::{IntProducer, SyntheticFrameProducer};
 use super::selfcheck::{Map as MapProcessor, SelfCheck};
-use super::testing::{FailOn, FailingProducer, Hang, TickProducer};
+use super::testing::{Constant, FailOn, FailingProducer, Hang, TickProducer};
 use super::video;
+use super::vision::annotators::BoundingBoxAnnotator;
+use super::vision::transformers::{
+    CropImageTransformer, MaskImageTransformer, ResizeImageTransformer,
+};
 use super::{Consumer, Processor, Producer};
 
 /// Declarations a consumer carries in its params (1.0.4 `ConsumerNode.__init__`) that the
@@ -126,6 +130,20 @@ const CLASSES: &[Class] = &[
         },
     },
     Class {
+        canonical: "videoflow.producers.video.ImageProducer",
+        build: |p, _| {
+            video::image_producer(p, "videoflow.producers.video.ImageProducer")
+                .map(BuiltNode::Producer)
+        },
+    },
+    Class {
+        canonical: "videoflow.producers.video.ImageFolderReader",
+        build: |p, _| {
+            video::image_folder_reader(p, "videoflow.producers.video.ImageFolderReader")
+                .map(BuiltNode::Producer)
+        },
+    },
+    Class {
         canonical: "videoflow.rs.producers.SyntheticFrameProducer",
         build: |p, _| SyntheticFrameProducer::from_params(p).map(producer),
     },
@@ -166,8 +184,28 @@ const CLASSES: &[Class] = &[
         build: |_, _| Ok(processor(MinAggregator::default())),
     },
     Class {
+        canonical: "videoflow.processors.vision.transformers.ResizeImageTransformer",
+        build: |p, _| ResizeImageTransformer::from_params(p).map(processor),
+    },
+    Class {
+        canonical: "videoflow.processors.vision.transformers.CropImageTransformer",
+        build: |p, _| CropImageTransformer::from_params(p).map(processor),
+    },
+    Class {
+        canonical: "videoflow.processors.vision.transformers.MaskImageTransformer",
+        build: |_, _| Ok(processor(MaskImageTransformer)),
+    },
+    Class {
+        canonical: "videoflow.processors.vision.annotators.BoundingBoxAnnotator",
+        build: |p, _| BoundingBoxAnnotator::from_params(p).map(processor),
+    },
+    Class {
         canonical: "videoflow.rs.processors.ServiceTimeProcessor",
         build: |p, _| ServiceTimeProcessor::from_params(p).map(processor),
+    },
+    Class {
+        canonical: "videoflow.rs.processors.Constant",
+        build: |p, _| Constant::from_params(p).map(processor),
     },
     Class {
         canonical: "videoflow.rs.processors.FailOn",

@@ -258,6 +258,9 @@ pub const SELFCHECK_KEYS: &[&str] = &[
     "keys",
     "keys_split",
     "keys_misowned",
+    "video_frames",
+    "video_size",
+    "video_box_frames",
 ];
 
 /// `videoflow.rs.consumers.SelfCheck` (ours): checks what a whole run delivered.
@@ -293,13 +296,21 @@ pub const SELFCHECK_KEYS: &[&str] = &[
 ///   `keys_split` — keys that arrived from more than one replica of that parent;
 ///   `keys_misowned` (only with the `partitions` parameter) — keys whose groups came from a
 ///   replica other than the one PART-3 assigns among `partitions` replicas.
+/// - `video_frames`, `video_size` (`[h, w]`), `video_box_frames` — with the `video_file`
+///   parameter: at `close()` the file is decoded (waiting up to a minute for its writer to
+///   finish it) and these say how many frames it holds, their size, and how many show at
+///   least 100 pixels of `box_color` (`[b, g, r]` as the frames hold it, default
+///   `[255, 225, 0]`: `BoundingBoxAnnotator`'s default on a BGR frame); with
+///   `contact_sheet`, a PNG of four of its frames is written there. Both paths are listed
+///   under `outputs` in the artifact, and the local runner prints them.
 ///
 /// An expected value matches when equal (numbers compare by value, `2 == 2.0`); `null` inside
 /// an expected array or object matches anything (a slot whose value depends on timing), and
 /// an object `{at_most: x}` / `{at_least: x}` (or both) bounds a number.
 ///
 /// Parameters: `path` (required; the artifact, folders created), `expect` (required object,
-/// keys from the list above), `partitions` (optional int ≥ 1), and the consumer flags
+/// keys from the list above), `partitions` (optional int ≥ 1), `video_file`, `box_color`
+/// and `contact_sheet` (see the `video_*` keys), and the consumer flags
 /// (`idempotent`, `metadata`). See the module docs for how a failure ends the run.
 #[derive(Debug)]
 pub struct SelfCheck {
@@ -307,7 +318,22 @@ pub struct SelfCheck {
     expect: JsonMap<String, Json>,
     partitions: Option<u32>,
     stats: Stats,
+    video: Option<VideoCheck>,
+    /// What reading `video` found (filled at `close()`).
+    video_actual: JsonMap<String, Json>,
 }
+
+/// The written video a [`SelfCheck`] reads back at `close()`.
+#[derive(Debug, Clone, PartialEq)]
+struct VideoCheck {
+    file: String,
+    box_color: [u8; 3],
+    contact_sheet: Option<String>,
+}
+
+/// How long `close()` waits for the video's writer to finish the file.
+#[cfg(feature = "video")]
+const VIDEO_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What [`SelfCheck`] accumulates.
 #[derive(Debug, Default)]
@@ -343,6 +369,8 @@ impl SelfCheck {
             expect,
             partitions: None,
             stats: Stats::default(),
+            video: None,
+            video_actual: JsonMap::new(),
         }
     }
 
@@ -386,10 +414,93 @@ impl SelfCheck {
                     .ok_or_else(|| p.bad("partitions", "an integer >= 1", &Json::from(n)))?,
             ),
         };
+        // Read whether or not a video is checked, so every parameter is always validated.
+        let color = p.int_list("box_color")?;
+        let contact_sheet = p.opt_string("contact_sheet")?;
+        let video = match p.opt_string("video_file")? {
+            None => None,
+            Some(file) => {
+                let box_color = match color.as_slice() {
+                    [] => [255, 225, 0],
+                    [b, g, r] if [b, g, r].iter().all(|c| (0..=255).contains(*c)) => {
+                        [*b as u8, *g as u8, *r as u8]
+                    }
+                    _ => {
+                        return Err(p.bad(
+                            "box_color",
+                            "three integers 0..=255",
+                            &Json::from(color),
+                        ));
+                    }
+                };
+                Some(VideoCheck {
+                    file,
+                    box_color,
+                    contact_sheet,
+                })
+            }
+        };
+        #[cfg(not(feature = "video"))]
+        if video.is_some() {
+            return Err(VfError::new(
+                ErrorCode::Config,
+                "VF_NODE_PARAMS_JSON: SelfCheck's video_file needs a videoflow-worker built \
+                 with its `video` feature (this one has no FFmpeg libraries).",
+            )
+            .with_remedy("Run the check on the videoflow-worker image, or drop video_file.")
+            .with_context("variable", "VF_NODE_PARAMS_JSON")
+            .with_context("param", "video_file"));
+        }
         Ok(SelfCheck {
             partitions,
+            video,
             ..SelfCheck::new(path, expect)
         })
+    }
+
+    /// Reads the written video back (see the `video_*` keys).
+    #[cfg(feature = "video")]
+    fn check_video(&mut self) {
+        let Some(v) = self.video.clone() else {
+            return;
+        };
+        let a = &mut self.video_actual;
+        match super::video::check::inspect(
+            &v.file,
+            v.box_color,
+            v.contact_sheet.as_deref(),
+            VIDEO_WAIT,
+        ) {
+            Ok(r) => {
+                a.insert("video_frames".into(), json!(r.frames));
+                a.insert("video_size".into(), json!(r.size));
+                a.insert("video_box_frames".into(), json!(r.box_frames));
+            }
+            Err(e) => {
+                a.insert("video_error".into(), json!(e));
+            }
+        }
+    }
+
+    #[cfg(not(feature = "video"))]
+    fn check_video(&mut self) {}
+
+    /// The files the check points a person at, as absolute paths.
+    fn outputs(&self) -> Json {
+        let Some(v) = &self.video else {
+            return Json::Null;
+        };
+        let abs = |p: &str| {
+            std::path::absolute(p)
+                .map(|a| a.display().to_string())
+                .unwrap_or_else(|_| p.to_owned())
+        };
+        let mut o = JsonMap::new();
+        o.insert("video".into(), json!(abs(&v.file)));
+        if let Some(sheet) = &v.contact_sheet {
+            o.insert("contact_sheet".into(), json!(abs(sheet)));
+        }
+        Json::Object(o)
     }
 
     /// The artifact's path.
@@ -552,6 +663,7 @@ impl SelfCheck {
                 .count();
             a.insert("keys_misowned".into(), json!(misowned));
         }
+        a.extend(self.video_actual.clone());
         a
     }
 
@@ -565,7 +677,10 @@ impl SelfCheck {
                 details.push(format!("{key}: expected {want}, got {got}"));
             }
         }
-        json!({
+        if let Some(e) = actual.get("video_error") {
+            details.push(format!("video_file: {e}"));
+        }
+        let mut report = json!({
             "ok": details.is_empty(),
             "expected": self.expect,
             "actual": actual,
@@ -573,7 +688,12 @@ impl SelfCheck {
             "flow_id": ctx.flow_id,
             "run_id": ctx.run_id,
             "node": ctx.node_name,
-        })
+        });
+        let outputs = self.outputs();
+        if !outputs.is_null() {
+            report["outputs"] = outputs;
+        }
+        report
     }
 }
 
@@ -710,6 +830,7 @@ impl Consumer for SelfCheck {
     /// Writes the artifact (atomically: a temporary file renamed into place), then fails when
     /// the check failed, so the worker's log says so too.
     fn close(&mut self, ctx: &mut NodeContext) -> Result<(), VfError> {
+        self.check_video();
         let report = self.report(ctx);
         let what = format!("writing the self-check artifact {}", self.path.display());
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {

@@ -10,6 +10,9 @@
 //!   fails `next()` with an unclassified error so `VF_ON_ERROR` decides (ERR-2, ABORT-1a).
 //! - [`Hang`] — `videoflow.rs.processors.Hang`: a `process()` that never returns (SUP-1/2),
 //!   optionally after a slow `open()` (HEALTH-1).
+//! - [`Constant`] — `videoflow.rs.processors.Constant`: the same literal for every input, so
+//!   a flow can feed a node's second parent (a resize size, a list of boxes) from the lineage
+//!   of its first and the two join by input key.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -162,6 +165,32 @@ impl Producer for TickProducer {
             };
             return Ok(Some(value_to_payload(value)));
         }
+    }
+}
+
+/// `videoflow.rs.processors.Constant` (ours): publishes `value` (any JSON literal; lists
+/// become tuples on the wire) once per input, whatever the input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Constant {
+    value: Value,
+}
+
+impl Constant {
+    pub(crate) fn from_params(p: &mut Params<'_>) -> Result<Self, VfError> {
+        let Some(value) = p.opt_json("value").map(json_to_value) else {
+            return Err(p.missing("value"));
+        };
+        Ok(Constant { value })
+    }
+}
+
+impl Processor for Constant {
+    fn process(&mut self, _ctx: &mut NodeContext, _inputs: &[Input]) -> Result<Payload, VfError> {
+        Ok(value_to_payload(self.value.clone()))
+    }
+
+    fn may_block(&self) -> bool {
+        false
     }
 }
 

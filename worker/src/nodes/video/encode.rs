@@ -23,6 +23,8 @@ const FRAMES_QUEUED: usize = 2;
 pub(crate) enum Codec {
     /// Motion JPEG, full-range 4:2:0, as OpenCV's `VideoWriter` with fourcc `MJPG` writes it.
     Mjpeg,
+    /// PNG, RGB (a still image: one frame to a `.png` name).
+    Png,
     /// H.264 through libx264 (`crf`, `preset`), 4:2:0.
     H264 {
         /// x264's constant rate factor.
@@ -177,6 +179,11 @@ impl Writer {
             Codec::Mjpeg => (
                 encoder::find(codec::Id::MJPEG),
                 Pixel::YUVJ420P,
+                Dictionary::new(),
+            ),
+            Codec::Png => (
+                encoder::find(codec::Id::PNG),
+                Pixel::RGB24,
                 Dictionary::new(),
             ),
             Codec::H264 { crf, preset } => {

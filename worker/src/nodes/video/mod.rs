@@ -5,6 +5,10 @@
 //!   reference byte for byte; damage is typed, never concealed.
 //! - [`reader`] — `videoflow.producers.video.VideoFileReader`: 1.0.4's parameters, its
 //!   `(index, frame)` outputs and event timestamps, over [`media`].
+//! - [`images`] — 1.0.4's `ImageProducer` and `ImageFolderReader`: still images through
+//!   FFmpeg's image decoders, RGB as `cv2.imread(...)[..., ::-1]`.
+//! - [`check`] — what a sample's self-check reads back from a written video: frames, size,
+//!   frames showing the box colour, and a PNG contact sheet.
 //! - [`encode`] — frames to a file through FFmpeg's encoders and muxers, on its own thread.
 //! - [`writer`] — 1.0.4's `VideofileWriter` (`.avi`, Motion JPEG) and our H.264
 //!   `VideoFileWriter` (MP4/MKV/MOV), over [`encode`].
@@ -15,7 +19,11 @@
 //! of calling them unknown.
 
 #[cfg(feature = "video")]
+pub mod check;
+#[cfg(feature = "video")]
 mod encode;
+#[cfg(feature = "video")]
+pub mod images;
 #[cfg(feature = "video")]
 mod media;
 #[cfg(feature = "video")]
@@ -53,6 +61,42 @@ pub(crate) fn h264_writer(
     class: &'static str,
 ) -> Result<Box<dyn Consumer>, VfError> {
     writer::VideoWriter::h264(p, class).map(|w| Box::new(w) as Box<dyn Consumer>)
+}
+
+/// `ImageProducer` from its params.
+#[cfg(feature = "video")]
+pub(crate) fn image_producer(
+    p: &mut Params<'_>,
+    class: &'static str,
+) -> Result<Box<dyn Producer>, VfError> {
+    images::ImageProducer::from_params(p, class).map(|r| Box::new(r) as Box<dyn Producer>)
+}
+
+/// `ImageFolderReader` from its params.
+#[cfg(feature = "video")]
+pub(crate) fn image_folder_reader(
+    p: &mut Params<'_>,
+    class: &'static str,
+) -> Result<Box<dyn Producer>, VfError> {
+    images::ImageFolderReader::from_params(p, class).map(|r| Box::new(r) as Box<dyn Producer>)
+}
+
+/// Without the `video` feature: refused (see [`without_video`]).
+#[cfg(not(feature = "video"))]
+pub(crate) fn image_producer(
+    _p: &mut Params<'_>,
+    class: &'static str,
+) -> Result<Box<dyn Producer>, VfError> {
+    Err(without_video(class))
+}
+
+/// Without the `video` feature: refused (see [`without_video`]).
+#[cfg(not(feature = "video"))]
+pub(crate) fn image_folder_reader(
+    _p: &mut Params<'_>,
+    class: &'static str,
+) -> Result<Box<dyn Producer>, VfError> {
+    Err(without_video(class))
 }
 
 /// Without the `video` feature: refused (see [`without_video`]).
