@@ -149,6 +149,11 @@ fn main() -> std::process::ExitCode {
             "a_steady_flow_causes_no_api_request_of_the_operator_for_a_minute",
             steady_flow,
         ),
+        trial(
+            &shared,
+            "passwords_from_secrets_appear_in_no_status_event_pod_or_operator_log",
+            secrets_redacted,
+        ),
     ];
     let mut scenarios = scenarios;
     // The scale bench (docs/PERFORMANCE.md): only when asked for, since it holds the control
@@ -1063,6 +1068,19 @@ async fn leader_handover(w: Arc<World>) {
         still, other,
         "a restarted replica does not take a held Lease"
     );
+    // Only a leader reconciles: in each replica's log every apply comes after it started
+    // leading (a replica that lost the Lease under load and won it back leads again first).
+    for r in REPLICAS {
+        let log = w.operator_log(r);
+        let first_lead = log.find("\"message\":\"leading\"");
+        let first_apply = log.find("\"message\":\"applying\"");
+        if let Some(apply) = first_apply {
+            assert!(
+                first_lead.is_some_and(|lead| lead < apply),
+                "{r} applied before it led"
+            );
+        }
+    }
     delete_flow(c, &ns, &name).await;
     wait_torn_down(c, &ns, &name).await;
 }
@@ -1341,4 +1359,125 @@ async fn scale_bench(w: Arc<World>, n: usize) {
         flow_writes, 0,
         "{n} steady Flows caused writes: {requests:#?}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets.
+
+/// The password of every URL in the scenario's Secret.
+const PASSWORD: &str = "s3cret";
+
+/// Broker, payload store and run ledger from a Secret with passwords (`nats://user:s3cret@…`,
+/// `redis://:s3cret@…`); a worker then exits quoting both URLs in full (as 1.0.4's
+/// traceback does). The password appears in no status field, no Event, no pod object and no
+/// line of either operator replica's log; the quoted URLs do reach the status, masked.
+async fn secrets_redacted(w: Arc<World>) {
+    use k8s_openapi::api::core::v1::Secret;
+    let c = &w.client;
+    let ns = namespace(c, "e2e-secrets").await;
+    let nats_url = format!("nats://user:{PASSWORD}@nats.example:4222");
+    let redis_url = format!("redis://:{PASSWORD}@redis.example:6379/0");
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "urls", "namespace": ns},
+        "stringData": {"nats": nats_url, "redis": redis_url},
+    });
+    Api::<Secret>::namespaced(c.clone(), &ns)
+        .patch(
+            "urls",
+            &PatchParams::apply("videoflow-e2e").force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("creating the Secret: {e}"));
+    let from = |key: &str| format!("{{secretKeyRef: {{name: urls, key: {key}}}}}");
+    let yaml = CHAIN.replace(
+        "  type: realtime\n",
+        &format!(
+            "  type: realtime\n  broker: {{urlFrom: {}}}\n  payloadStore: {{urlFrom: {}}}\n  \
+             runtimeStore: {{urlFrom: {}}}\n",
+            from("nats"),
+            from("redis"),
+            from("redis")
+        ),
+    );
+    assert_ne!(yaml, CHAIN);
+    let name = apply_flow(c, &ns, &yaml).await;
+    wait_condition(c, &ns, &name, "Ready", "True").await;
+
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
+    let selector = format!("videoflow.io/flow={name},videoflow.io/node=det");
+    let pod = wait_for("a running pod of node det", DEADLINE, || async {
+        let list = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| format!("listing pods: {e}"))?;
+        list.items
+            .into_iter()
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .ok_or_else(|| "no running pod".to_owned())
+    })
+    .await;
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let rendered = serde_json::to_string(&pod).unwrap_or_default();
+    assert!(
+        rendered.contains("secretKeyRef") && !rendered.contains(PASSWORD),
+        "the pod references the Secret and carries no password"
+    );
+    let traceback = format!(
+        "Traceback (most recent call last):\nredis.exceptions.ConnectionError: Error connecting \
+         to {redis_url}\nnats.errors.NoServersError: {nats_url}"
+    );
+    let patch = json!({"metadata": {"annotations": {
+        "testenv.videoflow.io/exit-code": "1",
+        "testenv.videoflow.io/termination-message": traceback,
+    }}});
+    pods.patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("annotating pod {pod_name}: {e}"));
+    let flow = wait_flow(c, &ns, &name, "det's termination in the status", |f| {
+        !node_status(f, "det")["lastTermination"].is_null()
+    })
+    .await;
+    let termination = node_status(&flow, "det")["lastTermination"].to_string();
+    assert!(
+        termination.contains("redis.example") && termination.contains("***"),
+        "the URLs reach the status, masked: {termination}"
+    );
+
+    let texts = [
+        ("the Flow", serde_json::to_string(&flow).unwrap_or_default()),
+        (
+            "the Events",
+            serde_json::to_string(
+                &Api::<k8s_openapi::api::events::v1::Event>::namespaced(c.clone(), &ns)
+                    .list(&ListParams::default())
+                    .await
+                    .expect("events")
+                    .items,
+            )
+            .unwrap_or_default(),
+        ),
+        (
+            "the core Events",
+            serde_json::to_string(
+                &Api::<k8s_openapi::api::core::v1::Event>::namespaced(c.clone(), &ns)
+                    .list(&ListParams::default())
+                    .await
+                    .expect("events")
+                    .items,
+            )
+            .unwrap_or_default(),
+        ),
+        ("the operator logs", w.operator_logs()),
+    ];
+    for (what, text) in &texts {
+        assert!(!text.is_empty(), "{what}: nothing read");
+        assert!(
+            !text.contains(PASSWORD),
+            "{what} carry the password: {text}"
+        );
+    }
+    delete_flow(c, &ns, &name).await;
+    wait_torn_down(c, &ns, &name).await;
 }

@@ -10,9 +10,11 @@
 //! Flows that may own some.
 //!
 //! What a store keeps is trimmed to what the reconciler reads: no `managedFields` on any
-//! object and no data in ConfigMaps (only their names, labels and applied-hash annotations
-//! matter), which keeps the operator's memory proportional to the number of children, not
-//! to their size.
+//! object, no data in ConfigMaps (only their names, labels and applied-hash annotations
+//! matter), no pod template in workloads (the applied-hash annotation stands for it; only
+//! replicas, parallelism and status are read) and no pod spec (only labels and status are
+//! read). That keeps the operator's memory proportional to the number of children, not to
+//! their size.
 
 use std::fmt::Debug;
 
@@ -84,6 +86,33 @@ pub fn without_data(cm: &mut ConfigMap) {
     cm.binary_data = None;
 }
 
+/// Deployments are kept without their pod template.
+pub fn deployment_without_template(d: &mut Deployment) {
+    if let Some(spec) = d.spec.as_mut() {
+        spec.template = Default::default();
+    }
+}
+
+/// StatefulSets are kept without their pod template.
+pub fn stateful_set_without_template(s: &mut StatefulSet) {
+    if let Some(spec) = s.spec.as_mut() {
+        spec.template = Default::default();
+        spec.volume_claim_templates = None;
+    }
+}
+
+/// Jobs are kept without their pod template.
+pub fn job_without_template(j: &mut Job) {
+    if let Some(spec) = j.spec.as_mut() {
+        spec.template = Default::default();
+    }
+}
+
+/// Pods are kept without their spec.
+pub fn pod_without_spec(p: &mut Pod) {
+    p.spec = None;
+}
+
 async fn ready<K>(store: &Store<K>, kind: &'static str) -> Result<(), ReconcileError>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
@@ -135,5 +164,95 @@ impl Stores {
             pods: of_flow(&self.pods, ns, flow),
             scaled_objects: Vec::new(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+    use kube::runtime::reflector::store::Writer;
+
+    fn labelled<K: Resource<DynamicType = ()> + Default>(ns: &str, name: &str, flow: &str) -> K {
+        let mut o = K::default();
+        *o.meta_mut() = ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            labels: Some(
+                [
+                    (LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned()),
+                    (LABEL_FLOW.to_owned(), label_value(flow)),
+                ]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        };
+        o
+    }
+
+    fn filled<K>(objects: Vec<K>) -> Store<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + 'static,
+    {
+        let mut writer: Writer<K> = Writer::default();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for o in objects {
+            writer.apply_watcher_event(&watcher::Event::InitApply(o));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        writer.as_reader()
+    }
+
+    #[tokio::test]
+    async fn a_flows_children_are_its_own_namespace_and_label_sorted_by_name() {
+        let deployments = filled(vec![
+            labelled::<Deployment>("a", "vf-x-2", "x"),
+            labelled::<Deployment>("a", "vf-x-1", "x"),
+            labelled::<Deployment>("b", "vf-x-3", "x"),
+            labelled::<Deployment>("a", "vf-y-1", "y"),
+        ]);
+        let stores = Stores {
+            config_maps: filled(vec![labelled::<ConfigMap>("a", "vf-x-specs", "x")]),
+            jobs: filled(Vec::new()),
+            deployments,
+            stateful_sets: filled(Vec::new()),
+            services: filled(Vec::new()),
+            pdbs: filled(Vec::new()),
+            pods: filled(vec![labelled::<Pod>("a", "vf-y-1-abc", "y")]),
+        };
+        let observed = stores.observe("a", "x").await.expect("ready stores");
+        let names: Vec<_> = observed
+            .deployments
+            .iter()
+            .filter_map(|d| d.metadata.name.as_deref())
+            .collect();
+        assert_eq!(names, ["vf-x-1", "vf-x-2"]);
+        assert_eq!(observed.config_maps.len(), 1);
+        assert!(observed.pods.is_empty(), "another Flow's pod");
+    }
+
+    #[test]
+    fn trimming_keeps_what_status_reads() {
+        let mut d = Deployment {
+            spec: Some(k8s_openapi::api::apps::v1::DeploymentSpec {
+                replicas: Some(3),
+                template: k8s_openapi::api::core::v1::PodTemplateSpec {
+                    spec: Some(Default::default()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        deployment_without_template(&mut d);
+        let spec = d.spec.expect("spec");
+        assert_eq!(spec.replicas, Some(3));
+        assert!(spec.template.spec.is_none());
+        let mut cm = ConfigMap {
+            data: Some([("flow.json".to_owned(), "{}".to_owned())].into()),
+            ..Default::default()
+        };
+        without_data(&mut cm);
+        assert!(cm.data.is_none());
     }
 }

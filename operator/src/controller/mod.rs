@@ -51,7 +51,10 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 
-use cache::{Stores, keep, reflected, without_data};
+use cache::{
+    Stores, deployment_without_template, job_without_template, keep, pod_without_spec, reflected,
+    stateful_set_without_template, without_data,
+};
 use kube::runtime::utils::PredicateConfig;
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -120,15 +123,22 @@ pub async fn run(
         .predicate_filter(predicates::generation, PredicateConfig::default());
     let (config_maps, cm_events) =
         reflected(api::<ConfigMap>(&client, ns), owned.clone(), without_data);
-    let (jobs, job_events) = reflected(api::<Job>(&client, ns), owned.clone(), keep);
-    let (deployments, deployment_events) =
-        reflected(api::<Deployment>(&client, ns), owned.clone(), keep);
-    let (stateful_sets, sts_events) =
-        reflected(api::<StatefulSet>(&client, ns), owned.clone(), keep);
+    let (jobs, job_events) =
+        reflected(api::<Job>(&client, ns), owned.clone(), job_without_template);
+    let (deployments, deployment_events) = reflected(
+        api::<Deployment>(&client, ns),
+        owned.clone(),
+        deployment_without_template,
+    );
+    let (stateful_sets, sts_events) = reflected(
+        api::<StatefulSet>(&client, ns),
+        owned.clone(),
+        stateful_set_without_template,
+    );
     let (services, service_events) = reflected(api::<Service>(&client, ns), owned.clone(), keep);
     let (pdbs, pdb_events) =
         reflected(api::<PodDisruptionBudget>(&client, ns), owned.clone(), keep);
-    let (pods, pod_events) = reflected(api::<Pod>(&client, ns), owned, keep);
+    let (pods, pod_events) = reflected(api::<Pod>(&client, ns), owned, pod_without_spec);
     ctx.set_stores(Some(Stores {
         config_maps,
         jobs,

@@ -166,6 +166,23 @@ impl World {
             .join("\n")
     }
 
+    /// Every replica's log, whole (the secret scan reads them).
+    pub fn operator_logs(&self) -> String {
+        REPLICAS.iter().map(|r| self.operator_log(r)).collect()
+    }
+
+    /// The whole log of the replica `identity`.
+    pub fn operator_log(&self, identity: &str) -> String {
+        let Ok(operators) = self.operators.lock() else {
+            return String::new();
+        };
+        operators
+            .iter()
+            .find(|r| r.identity == identity)
+            .map(|r| std::fs::read_to_string(&r.log).unwrap_or_default())
+            .unwrap_or_default()
+    }
+
     /// Per replica "running", or how the process exited (a scenario's failure names it).
     pub fn operator_state(&self) -> String {
         let Ok(mut operators) = self.operators.lock() else {
@@ -563,7 +580,14 @@ fn spawn_operator(
         .open(log)
         .map_err(|e| format!("opening {}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_videoflow-operator"));
+    // The scale bench measures a release build: `VF_E2E_OPERATOR_BIN` names it.
+    let bin = std::env::var_os("VF_E2E_OPERATOR_BIN")
+        .filter(|b| !b.is_empty())
+        .map_or_else(
+            || PathBuf::from(env!("CARGO_BIN_EXE_videoflow-operator")),
+            PathBuf::from,
+        );
+    let mut cmd = Command::new(bin);
     cmd.args([
         "run",
         "--nats-url",
