@@ -9,8 +9,9 @@
 //! - CHART-2: the chart's CRD is the generated `crds/flows.videoflow.io.yaml`, rendered from a
 //!   template (so `helm upgrade` updates it) and kept on uninstall;
 //! - CHART-3: the operator pod is restricted (non-root 65532, read-only root filesystem, no
-//!   privilege escalation, ALL capabilities dropped, RuntimeDefault seccomp), runs one replica
-//!   with the Recreate strategy, and gets the worker image and watched namespace.
+//!   privilege escalation, ALL capabilities dropped, RuntimeDefault seccomp), runs two
+//!   replicas electing a leader on a Lease (one with Recreate without leader election), and
+//!   gets the worker image, watched namespace and lease timings.
 //!
 //! The chart tests run the pinned helm that `scripts/install-deps` installs
 //! (`$VF_CACHE/tools/bin/helm`, or `$VF_HELM`).
