@@ -24,8 +24,9 @@ enum Command {
     /// Run the controller: reconcile Flow resources until SIGTERM or Ctrl-C.
     ///
     /// Logs are JSON lines on stderr; metrics (Prometheus text) and a liveness probe are
-    /// served on --metrics-addr (/metrics, /healthz). Runs as a single replica: there is no
-    /// leader election yet.
+    /// served on --metrics-addr (/metrics, /healthz). With --leader-election-namespace
+    /// several replicas may run: they elect a leader on a Lease there, and only the leader
+    /// reconciles.
     #[command(verbatim_doc_comment)]
     Run(RunArgs),
     /// Print the Flow CustomResourceDefinition as YAML.
@@ -107,14 +108,69 @@ struct RunArgs {
         default_value_t = 30
     )]
     demand_interval_seconds: u64,
-    /// This replica's name in Events (the pod name, from the downward API).
+    /// This replica's name in Events and its identity in the leader Lease (the pod name,
+    /// from the downward API).
     #[arg(long, env = "POD_NAME")]
     instance: Option<String>,
+    /// Elect a leader on a Lease in this namespace (the operator's own); only the leader
+    /// reconciles. Absent: no election, this process reconciles (one replica only).
+    #[arg(
+        long,
+        env = "VF_OPERATOR_LEADER_ELECTION_NAMESPACE",
+        value_name = "NAMESPACE"
+    )]
+    leader_election_namespace: Option<String>,
+    /// The leader Lease's name.
+    #[arg(
+        long,
+        env = "VF_OPERATOR_LEADER_ELECTION_LEASE",
+        default_value = "videoflow-operator"
+    )]
+    leader_election_lease: String,
+    /// Seconds the Lease stays valid after its last renewal: how long a killed leader's
+    /// successor waits at most.
+    #[arg(
+        long,
+        env = "VF_OPERATOR_LEADER_ELECTION_LEASE_DURATION_SECONDS",
+        default_value_t = 15
+    )]
+    leader_election_lease_duration_seconds: u64,
+    /// Seconds a leader keeps reconciling without a successful renewal (below the lease
+    /// duration).
+    #[arg(
+        long,
+        env = "VF_OPERATOR_LEADER_ELECTION_RENEW_DEADLINE_SECONDS",
+        default_value_t = 10
+    )]
+    leader_election_renew_deadline_seconds: u64,
+    /// Seconds between renewals by the leader and tries by the others.
+    #[arg(
+        long,
+        env = "VF_OPERATOR_LEADER_ELECTION_RETRY_PERIOD_SECONDS",
+        default_value_t = 2
+    )]
+    leader_election_retry_period_seconds: u64,
+}
+
+/// This replica's identity in the Lease: its pod name, else host name and process id.
+fn identity(instance: Option<&str>) -> String {
+    match instance.filter(|i| !i.is_empty()) {
+        Some(i) => i.to_owned(),
+        None => format!(
+            "{}-{}",
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_else(|_| "operator".to_owned()),
+            std::process::id()
+        ),
+    }
 }
 
 /// Starts the controller and the metrics endpoint; returns after a graceful shutdown.
 fn run(args: RunArgs) -> anyhow::Result<()> {
     use std::sync::Arc;
+    use std::time::Duration;
+    use videoflow_operator::controller::leader::{self, ElectionConfig, Elector};
     use videoflow_operator::controller::{self, Context, Metrics, RunConfig, StatusConfig};
 
     tracing_subscriber::fmt()
@@ -129,10 +185,25 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    let election = args
+        .leader_election_namespace
+        .clone()
+        .map(|namespace| ElectionConfig {
+            namespace,
+            name: args.leader_election_lease.clone(),
+            identity: identity(args.instance.as_deref()),
+            lease_duration: Duration::from_secs(args.leader_election_lease_duration_seconds),
+            renew_deadline: Duration::from_secs(args.leader_election_renew_deadline_seconds),
+            retry_period: Duration::from_secs(args.leader_election_retry_period_seconds),
+        });
+    if let Some(e) = &election {
+        e.validate()?;
+    }
     runtime.block_on(async move {
         let client = kube::Client::try_default()
             .await
             .context("connecting to the Kubernetes API (in-cluster or kubeconfig)")?;
+        let client_for_lease = client.clone();
         let metrics = Arc::new(Metrics::new());
         let listener = videoflow_operator::listen::bind(args.metrics_addr)
             .await
@@ -171,7 +242,18 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             namespace: args.namespace,
             concurrency: args.concurrency,
         };
-        controller::run(ctx, config, shutdown_signal()).await;
+        match election {
+            None => controller::run(ctx, config, shutdown_signal()).await,
+            Some(election) => {
+                let elector = Elector::new(client_for_lease, election)?;
+                leader::run_while_leading(elector, shutdown_signal(), |stop| {
+                    controller::run(ctx.clone(), config.clone(), async move {
+                        let _ = stop.await;
+                    })
+                })
+                .await;
+            }
+        }
         tracing::info!("controller stopped; stopping the metrics endpoint");
         let _ = stop_tx.send(());
         server.await.context("metrics endpoint task")??;

@@ -449,7 +449,8 @@ spec:
   nodes:
   - {name: left, kind: producer, finite: false, component: {builtin: videoflow.producers.basic.IntProducer}}
   - {name: right, kind: producer, finite: false, component: {builtin: videoflow.producers.basic.IntProducer}}
-  - {name: join, kind: processor, parents: [right, left], component: {builtin: videoflow.processors.basic.JoinerProcessor}}
+  - {name: join, kind: processor, parents: [right, left], autoscaling: {enabled: true}, component: {builtin: videoflow.processors.basic.JoinerProcessor}}
+  - {name: tap, kind: consumer, parents: [left], component: {builtin: videoflow.consumers.basic.VoidConsumer}}
 "#;
 
 /// Creates the parent's stream and the join's durable on it, as provisioning would.
@@ -611,4 +612,54 @@ async fn scale_2_unreachable_or_unnamed_broker_is_unknown_never_zero() {
         observer.observe_flow(&f, None).await["join"].diagnosis,
         "unknown"
     );
+}
+
+#[tokio::test]
+async fn scale_1_demand_is_read_only_for_autoscaled_nodes_and_at_the_observers_own_interval() {
+    let server =
+        videoflow_testkit::NatsServer::start().expect("nats-server (scripts/install-deps)");
+    let client = async_nats::connect(server.url()).await.expect("connect");
+    let js = jetstream::new(client);
+    provision_edge(&js, "left").await;
+    provision_edge(&js, "right").await;
+    publish(&js, "right", 7).await;
+    let mut f = flow(JOIN);
+    f.metadata.generation = Some(1);
+    f.spec.broker = Some(videoflow_core::model::BrokerSpec {
+        url: Some(server.url()),
+        ..Default::default()
+    });
+    let timeout = Duration::from_secs(2);
+
+    // `tap` has parents but no autoscaling: nobody acts on its demand, so it is not read.
+    let observer = DemandObserver::new(Duration::from_secs(3600), timeout);
+    let first = observer.demand_of(&f, None).await;
+    assert_eq!(first.keys().collect::<Vec<_>>(), ["join"], "{first:?}");
+    assert_eq!(first["join"].lag, Some(7));
+
+    // Within the interval a reconcile reuses the observation: no broker read, no new lag.
+    publish(&js, "right", 5).await;
+    assert_eq!(observer.demand_of(&f, None).await, first);
+    // A new generation is observed at once.
+    f.metadata.generation = Some(2);
+    assert_eq!(observer.demand_of(&f, None).await["join"].lag, Some(12));
+    // Past the interval, a new read.
+    let eager = DemandObserver::new(Duration::ZERO, timeout);
+    publish(&js, "right", 1).await;
+    assert_eq!(eager.demand_of(&f, None).await["join"].lag, Some(13));
+
+    // A Flow without an autoscaled node costs no broker read: an unreachable broker is never
+    // even tried, and every node's demand is cleared.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut fixed = flow(&JOIN.replace("autoscaling: {enabled: true}, ", ""));
+    fixed.spec.broker = Some(videoflow_core::model::BrokerSpec {
+        url: Some(format!("nats://127.0.0.1:{port}")),
+        ..Default::default()
+    });
+    assert!(!videoflow_operator::controller::demand::observes(&fixed));
+    assert!(observer.demand_of(&fixed, None).await.is_empty());
+    assert!(observer.observe_flow(&fixed, None).await.is_empty());
 }

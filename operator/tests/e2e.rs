@@ -20,6 +20,7 @@ mod world;
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
@@ -27,12 +28,15 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::{Value, json};
 use videoflow_core::errors::{ErrorCode, VfError};
-use videoflow_operator::controller::permissions::REQUIRED_PERMISSIONS;
+use videoflow_operator::controller::permissions::{
+    LEADER_ELECTION_PERMISSIONS, REQUIRED_PERMISSIONS,
+};
 use videoflow_operator::render::{self, RenderConfig};
 use world::{
-    DEADLINE, OPERATOR_NS, SERVICE_ACCOUNT, World, apply_flow, condition, delete_flow,
-    end_condition, found, get_flow, has_condition, kind_api, labelled, list_json, namespace,
-    repo_root, wait_condition, wait_flow, wait_for, wait_gone, wait_torn_down,
+    DEADLINE, LEASE, LEASE_TIMINGS, OPERATOR_NS, REPLICAS, SERVICE_ACCOUNT, World, apply_flow,
+    condition, delete_flow, end_condition, found, get_flow, has_condition, kind_api, labelled,
+    list_json, namespace, repo_root, wait_condition, wait_flow, wait_for, wait_gone,
+    wait_torn_down,
 };
 
 /// The world, started by the first scenario that runs.
@@ -135,7 +139,36 @@ fn main() -> std::process::ExitCode {
             "the_readme_kubernetes_section_works_as_written",
             readme_kubernetes,
         ),
+        trial(
+            &shared,
+            "killing_the_leader_hands_the_lease_over_and_the_other_replica_reconciles",
+            leader_handover,
+        ),
+        trial(
+            &shared,
+            "a_steady_flow_causes_no_api_request_of_the_operator_for_a_minute",
+            steady_flow,
+        ),
+        trial(
+            &shared,
+            "passwords_from_secrets_appear_in_no_status_event_pod_or_operator_log",
+            secrets_redacted,
+        ),
     ];
+    let mut scenarios = scenarios;
+    // The scale bench (docs/PERFORMANCE.md): only when asked for, since it holds the control
+    // plane for minutes.
+    if let Some(n) = std::env::var(SCALE_FLOWS_VAR)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+    {
+        scenarios.push(trial(
+            &shared,
+            "scale_many_flows_in_steady_state_cost_no_writes",
+            move |w| scale_bench(w, n),
+        ));
+    }
     let first = libtest_mimic::run(&args, scenarios);
     // The audit comparison needs every scenario's requests, so it runs after them (and only
     // claims "every granted verb was used" when none was filtered out).
@@ -928,6 +961,7 @@ fn rbac_audit(w: &World, complete: bool) -> Result<(), String> {
     }
     let granted: BTreeSet<(String, String, String)> = REQUIRED_PERMISSIONS
         .iter()
+        .chain(LEADER_ELECTION_PERMISSIONS)
         .flat_map(|p| {
             p.verbs
                 .iter()
@@ -963,4 +997,487 @@ fn rbac_audit(w: &World, complete: bool) -> Result<(), String> {
     } else {
         Err(problems.join("\n"))
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// High availability and steady state.
+
+/// The leader Lease's holder and transition count, as the API server has them.
+async fn lease_holder(c: &Client) -> Result<(String, i32), String> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let lease = found(
+        Api::<Lease>::namespaced(c.clone(), OPERATOR_NS)
+            .get_opt(LEASE)
+            .await,
+    )?;
+    let spec = lease.spec.unwrap_or_default();
+    let holder = spec
+        .holder_identity
+        .filter(|h| !h.is_empty())
+        .ok_or("no holder")?;
+    Ok((holder, spec.lease_transitions.unwrap_or(0)))
+}
+
+/// Two replicas elect one leader; SIGKILL of the leader (no release) hands the Lease to the
+/// other within the lease duration plus a retry period (as the candidate's clock measures
+/// it; the deadline here only bounds the wait), and the new leader reconciles a Flow
+/// created after the kill.
+async fn leader_handover(w: Arc<World>) {
+    let c = &w.client;
+    let (leader, transitions) =
+        wait_for("a leader on the Lease", DEADLINE, || lease_holder(c)).await;
+    assert!(REPLICAS.contains(&leader.as_str()), "holder {leader}");
+    let other = REPLICAS
+        .iter()
+        .copied()
+        .find(|r| *r != leader)
+        .expect("two replicas");
+    let leader_static = REPLICAS
+        .iter()
+        .copied()
+        .find(|r| *r == leader)
+        .expect("the leader");
+    let killed = std::time::Instant::now();
+    w.kill_replica(leader_static);
+    let (holder, after) = wait_for(&format!("{other} to take the Lease"), DEADLINE, || async {
+        match lease_holder(c).await? {
+            (h, n) if h == other => Ok((h, n)),
+            seen => Err(format!("{seen:?}")),
+        }
+    })
+    .await;
+    let took = killed.elapsed();
+    eprintln!(
+        "e2e: leader {leader} killed; {holder} holds the Lease after {:.1} s (lease {} s, retry {} s)",
+        took.as_secs_f64(),
+        LEASE_TIMINGS.0,
+        LEASE_TIMINGS.2
+    );
+    assert!(
+        after > transitions,
+        "leaseTransitions {transitions} → {after}"
+    );
+    // The new leader reconciles: a Flow created now gets admitted and its objects.
+    let ns = namespace(c, "e2e-handover").await;
+    let name = apply_flow(c, &ns, CHAIN).await;
+    wait_condition(c, &ns, &name, "Ready", "True").await;
+    // The killed replica comes back as a candidate; the leader keeps the Lease.
+    w.restart_replica(leader_static);
+    let (still, _) = lease_holder(c).await.expect("the Lease");
+    assert_eq!(
+        still, other,
+        "a restarted replica does not take a held Lease"
+    );
+    // Only a leader reconciles: in each replica's log every apply comes after it started
+    // leading (a replica that lost the Lease under load and won it back leads again first).
+    for r in REPLICAS {
+        let log = w.operator_log(r);
+        let first_lead = log.find("\"message\":\"leading\"");
+        let first_apply = log.find("\"message\":\"applying\"");
+        if let Some(apply) = first_apply {
+            assert!(
+                first_lead.is_some_and(|lead| lead < apply),
+                "{r} applied before it led"
+            );
+        }
+    }
+    delete_flow(c, &ns, &name).await;
+    wait_torn_down(c, &ns, &name).await;
+}
+
+/// The operator's audited requests about objects in `ns` received in `[from, to)`:
+/// (verb, resource, name).
+fn operator_requests(
+    w: &World,
+    ns: &str,
+    from: Option<k8s_openapi::jiff::Timestamp>,
+    to: Option<k8s_openapi::jiff::Timestamp>,
+) -> Vec<(k8s_openapi::jiff::Timestamp, String, String, String)> {
+    let path = w
+        .plane()
+        .audit_log()
+        .expect("the test control plane's audit log");
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let user = format!("system:serviceaccount:{OPERATOR_NS}:{SERVICE_ACCOUNT}");
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if event["user"]["username"] != user.as_str() || event["objectRef"]["namespace"] != ns {
+            continue;
+        }
+        // One request is audited at ResponseStarted and ResponseComplete (watches): count it
+        // once.
+        if event["stage"] != "ResponseComplete" {
+            continue;
+        }
+        let Some(at) = event["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        else {
+            continue;
+        };
+        if from.is_some_and(|f| at < f) || to.is_some_and(|t| at >= t) {
+            continue;
+        }
+        let o = &event["objectRef"];
+        let mut resource = o["resource"].as_str().unwrap_or_default().to_owned();
+        if let Some(sub) = o["subresource"].as_str() {
+            resource = format!("{resource}/{sub}");
+        }
+        out.push((
+            at,
+            event["verb"].as_str().unwrap_or_default().to_owned(),
+            resource,
+            o["name"].as_str().unwrap_or_default().to_owned(),
+        ));
+    }
+    out
+}
+
+const WRITE_VERBS: &[&str] = &["create", "update", "patch", "delete", "deletecollection"];
+
+/// A running Flow that nothing changes costs no request at all: no write (status written
+/// only when what a user reads changes; demand read only for autoscaled nodes), and no read
+/// (children come from the watches' caches), over a whole minute of the audit log.
+async fn steady_flow(w: Arc<World>) {
+    let c = &w.client;
+    let ns = namespace(c, "e2e-steady").await;
+    let name = apply_flow(c, &ns, CHAIN).await;
+    wait_condition(c, &ns, &name, "Ready", "True").await;
+    // Settled: the operator's last write in the namespace is some seconds old.
+    let quiet = Duration::from_secs(10);
+    wait_for("the operator's writes to settle", DEADLINE, || async {
+        let last = operator_requests(&w, &ns, None, None)
+            .into_iter()
+            .filter(|(_, verb, _, _)| WRITE_VERBS.contains(&verb.as_str()))
+            .map(|(at, ..)| at)
+            .max();
+        let now = k8s_openapi::jiff::Timestamp::now();
+        match last {
+            Some(at) if now.duration_since(at).as_secs() >= quiet.as_secs() as i64 => Ok(()),
+            Some(at) => Err(format!("last write at {at}")),
+            None => Err("no write yet".to_owned()),
+        }
+    })
+    .await;
+    let from = k8s_openapi::jiff::Timestamp::now();
+    // The measurement window itself, not a wait for an outcome.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let to = k8s_openapi::jiff::Timestamp::now();
+    let flow = get_flow(c, &ns, &name).await.expect("the Flow");
+    assert!(has_condition(&flow, "Ready", "True"), "still Ready");
+    let requests = operator_requests(&w, &ns, Some(from), Some(to));
+    let writes: Vec<_> = requests
+        .iter()
+        .filter(|(_, verb, _, _)| WRITE_VERBS.contains(&verb.as_str()))
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "a steady Flow caused {} writes in a minute: {writes:#?}",
+        writes.len()
+    );
+    assert!(
+        requests.is_empty(),
+        "a steady Flow caused {} reads in a minute (children come from the caches): \
+         {requests:#?}",
+        requests.len()
+    );
+    delete_flow(c, &ns, &name).await;
+    wait_torn_down(c, &ns, &name).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scale (docs/PERFORMANCE.md): `VF_E2E_SCALE_FLOWS=100 cargo test -p videoflow-operator --test e2e
+// -- scale_` creates that many three-node Flows and reports the leader's figures in steady state.
+
+/// The number of Flows of the scale bench; unset: no bench.
+const SCALE_FLOWS_VAR: &str = "VF_E2E_SCALE_FLOWS";
+
+/// A Prometheus text metric's value (a line without labels, or with exactly `labels`).
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            let (key, value) = l.rsplit_once(' ')?;
+            (key == name).then(|| value.parse::<f64>().ok())?
+        })
+        .unwrap_or(0.0)
+}
+
+/// The reconcile-duration histogram's cumulative buckets: (upper bound s, count).
+fn duration_buckets(text: &str) -> Vec<(f64, f64)> {
+    let prefix = "videoflow_operator_reconcile_duration_seconds_bucket{le=\"";
+    let mut out: Vec<(f64, f64)> = text
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(prefix)?;
+            let (le, value) = rest.split_once("\"} ")?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, value.trim().parse().ok()?))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out
+}
+
+/// The smallest bucket bound at or above the `q` quantile of the counts between two
+/// snapshots (`before` may be empty).
+fn quantile_bound(after: &[(f64, f64)], before: &[(f64, f64)], q: f64) -> f64 {
+    let at = |v: &[(f64, f64)], le: f64| v.iter().find(|(b, _)| *b == le).map_or(0.0, |(_, c)| *c);
+    let total = after.last().map_or(0.0, |(le, c)| c - at(before, *le));
+    after
+        .iter()
+        .find(|(le, c)| c - at(before, *le) >= q * total)
+        .map_or(f64::NAN, |(le, _)| *le)
+}
+
+/// Every audited request of the operator's ServiceAccount received in `[from, to)`:
+/// (verb, namespace, resource).
+fn all_operator_requests(
+    w: &World,
+    from: k8s_openapi::jiff::Timestamp,
+    to: k8s_openapi::jiff::Timestamp,
+) -> Vec<(String, String, String)> {
+    let path = w.plane().audit_log().expect("the audit log");
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let user = format!("system:serviceaccount:{OPERATOR_NS}:{SERVICE_ACCOUNT}");
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|e| e["user"]["username"] == user.as_str() && e["stage"] == "ResponseComplete")
+        .filter(|e| {
+            e["requestReceivedTimestamp"]
+                .as_str()
+                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                .is_some_and(|at| at >= from && at < to)
+        })
+        .map(|e| {
+            let o = &e["objectRef"];
+            (
+                e["verb"].as_str().unwrap_or_default().to_owned(),
+                o["namespace"].as_str().unwrap_or_default().to_owned(),
+                o["resource"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+async fn scale_bench(w: Arc<World>, n: usize) {
+    let c = &w.client;
+    let ns = namespace(c, "e2e-scale").await;
+    let started = std::time::Instant::now();
+    let (leader, _) = wait_for("a leader", DEADLINE, || lease_holder(c)).await;
+    let before = w.figures(&leader).await.expect("the leader's figures");
+    let names: Vec<String> = (0..n).map(|i| format!("scale-{i:03}")).collect();
+    for name in &names {
+        apply_flow(
+            c,
+            &ns,
+            &CHAIN.replace("name: chain", &format!("name: {name}")),
+        )
+        .await;
+    }
+    let deadline = DEADLINE + Duration::from_secs(3 * n as u64);
+    wait_for(&format!("{n} Flows Ready"), deadline, || async {
+        let flows = list_json(&world::flows(c, &ns), &ListParams::default()).await?;
+        let ready = flows
+            .iter()
+            .filter(|f| has_condition(f, "Ready", "True"))
+            .count();
+        (ready == n)
+            .then_some(())
+            .ok_or(format!("{ready}/{n} Ready"))
+    })
+    .await;
+    let converged = started.elapsed();
+    let quiet = Duration::from_secs(15);
+    wait_for("the operator's writes to settle", deadline, || async {
+        let last = operator_requests(&w, &ns, None, None)
+            .into_iter()
+            .filter(|(_, verb, _, _)| WRITE_VERBS.contains(&verb.as_str()))
+            .map(|(at, ..)| at)
+            .max();
+        let now = k8s_openapi::jiff::Timestamp::now();
+        match last {
+            Some(at) if now.duration_since(at).as_secs() >= quiet.as_secs() as i64 => Ok(()),
+            seen => Err(format!("last write at {seen:?}")),
+        }
+    })
+    .await;
+    let (holder, _) = lease_holder(c).await.expect("the Lease");
+    assert_eq!(holder, leader, "the leader changed during the bench");
+    let steady_from = w.figures(&leader).await.expect("figures");
+    let from = k8s_openapi::jiff::Timestamp::now();
+    let window = Duration::from_secs(60);
+    // The measurement window itself.
+    tokio::time::sleep(window).await;
+    let to = k8s_openapi::jiff::Timestamp::now();
+    let steady_to = w.figures(&leader).await.expect("figures");
+    let requests = all_operator_requests(&w, from, to);
+    let is_write = |v: &str| WRITE_VERBS.contains(&v);
+    let flow_writes = requests
+        .iter()
+        .filter(|(v, n, _)| is_write(v) && *n == ns)
+        .count();
+    let flow_reads = requests
+        .iter()
+        .filter(|(v, n, _)| !is_write(v) && *n == ns)
+        .count();
+    let lease = requests.iter().filter(|(_, _, r)| r == "leases").count();
+    let lease_writes = requests
+        .iter()
+        .filter(|(v, _, r)| r == "leases" && is_write(v))
+        .count();
+    let others = requests.len() - flow_writes - flow_reads - lease;
+    let reconciles = |t: &str| metric(t, "videoflow_operator_reconciles_total");
+    let steady_reconciles = reconciles(&steady_to.metrics) - reconciles(&steady_from.metrics);
+    let whole = duration_buckets(&steady_to.metrics);
+    let start = duration_buckets(&before.metrics);
+    let p99_all = quantile_bound(&whole, &start, 0.99);
+    let p50_all = quantile_bound(&whole, &start, 0.50);
+    let total_reconciles = reconciles(&steady_to.metrics) - reconciles(&before.metrics);
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    eprintln!(
+        "e2e scale: {n} Flows ({} Deployments) Ready in {:.0} s; {total_reconciles} reconciles \
+         until steady, p50 ≤ {p50_all} s, p99 ≤ {p99_all} s (histogram bounds)\n\
+         e2e scale: steady minute: {steady_reconciles} reconciles, {} API requests of the \
+         operator ({flow_writes} writes and {flow_reads} reads in the Flows' namespace, {lease} \
+         on the Lease of which {lease_writes} writes, {others} others); leader RSS {:.1} MiB \
+         (before the Flows {:.1} MiB, peak {:.1} MiB)",
+        3 * n,
+        converged.as_secs_f64(),
+        requests.len(),
+        mib(steady_to.rss_kib),
+        mib(before.rss_kib),
+        mib(steady_to.peak_rss_kib),
+    );
+    assert_eq!(
+        flow_writes, 0,
+        "{n} steady Flows caused writes: {requests:#?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets.
+
+/// The password of every URL in the scenario's Secret.
+const PASSWORD: &str = "s3cret";
+
+/// Broker, payload store and run ledger from a Secret with passwords (`nats://user:s3cret@…`,
+/// `redis://:s3cret@…`); a worker then exits quoting both URLs in full (as 1.0.4's
+/// traceback does). The password appears in no status field, no Event, no pod object and no
+/// line of either operator replica's log; the quoted URLs do reach the status, masked.
+async fn secrets_redacted(w: Arc<World>) {
+    use k8s_openapi::api::core::v1::Secret;
+    let c = &w.client;
+    let ns = namespace(c, "e2e-secrets").await;
+    let nats_url = format!("nats://user:{PASSWORD}@nats.example:4222");
+    let redis_url = format!("redis://:{PASSWORD}@redis.example:6379/0");
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "urls", "namespace": ns},
+        "stringData": {"nats": nats_url, "redis": redis_url},
+    });
+    Api::<Secret>::namespaced(c.clone(), &ns)
+        .patch(
+            "urls",
+            &PatchParams::apply("videoflow-e2e").force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("creating the Secret: {e}"));
+    let from = |key: &str| format!("{{secretKeyRef: {{name: urls, key: {key}}}}}");
+    let yaml = CHAIN.replace(
+        "  type: realtime\n",
+        &format!(
+            "  type: realtime\n  broker: {{urlFrom: {}}}\n  payloadStore: {{urlFrom: {}}}\n  \
+             runtimeStore: {{urlFrom: {}}}\n",
+            from("nats"),
+            from("redis"),
+            from("redis")
+        ),
+    );
+    assert_ne!(yaml, CHAIN);
+    let name = apply_flow(c, &ns, &yaml).await;
+    wait_condition(c, &ns, &name, "Ready", "True").await;
+
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
+    let selector = format!("videoflow.io/flow={name},videoflow.io/node=det");
+    let pod = wait_for("a running pod of node det", DEADLINE, || async {
+        let list = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| format!("listing pods: {e}"))?;
+        list.items
+            .into_iter()
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .ok_or_else(|| "no running pod".to_owned())
+    })
+    .await;
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let rendered = serde_json::to_string(&pod).unwrap_or_default();
+    assert!(
+        rendered.contains("secretKeyRef") && !rendered.contains(PASSWORD),
+        "the pod references the Secret and carries no password"
+    );
+    let traceback = format!(
+        "Traceback (most recent call last):\nredis.exceptions.ConnectionError: Error connecting \
+         to {redis_url}\nnats.errors.NoServersError: {nats_url}"
+    );
+    let patch = json!({"metadata": {"annotations": {
+        "testenv.videoflow.io/exit-code": "1",
+        "testenv.videoflow.io/termination-message": traceback,
+    }}});
+    pods.patch(&pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("annotating pod {pod_name}: {e}"));
+    let flow = wait_flow(c, &ns, &name, "det's termination in the status", |f| {
+        !node_status(f, "det")["lastTermination"].is_null()
+    })
+    .await;
+    let termination = node_status(&flow, "det")["lastTermination"].to_string();
+    assert!(
+        termination.contains("redis.example") && termination.contains("***"),
+        "the URLs reach the status, masked: {termination}"
+    );
+
+    let texts = [
+        ("the Flow", serde_json::to_string(&flow).unwrap_or_default()),
+        (
+            "the Events",
+            serde_json::to_string(
+                &Api::<k8s_openapi::api::events::v1::Event>::namespaced(c.clone(), &ns)
+                    .list(&ListParams::default())
+                    .await
+                    .expect("events")
+                    .items,
+            )
+            .unwrap_or_default(),
+        ),
+        (
+            "the core Events",
+            serde_json::to_string(
+                &Api::<k8s_openapi::api::core::v1::Event>::namespaced(c.clone(), &ns)
+                    .list(&ListParams::default())
+                    .await
+                    .expect("events")
+                    .items,
+            )
+            .unwrap_or_default(),
+        ),
+        ("the operator logs", w.operator_logs()),
+    ];
+    for (what, text) in &texts {
+        assert!(!text.is_empty(), "{what}: nothing read");
+        assert!(
+            !text.contains(PASSWORD),
+            "{what} carry the password: {text}"
+        );
+    }
+    delete_flow(c, &ns, &name).await;
+    wait_torn_down(c, &ns, &name).await;
 }

@@ -9,8 +9,9 @@
 //! - CHART-2: the chart's CRD is the generated `crds/flows.videoflow.io.yaml`, rendered from a
 //!   template (so `helm upgrade` updates it) and kept on uninstall;
 //! - CHART-3: the operator pod is restricted (non-root 65532, read-only root filesystem, no
-//!   privilege escalation, ALL capabilities dropped, RuntimeDefault seccomp), runs one replica
-//!   with the Recreate strategy, and gets the worker image and watched namespace.
+//!   privilege escalation, ALL capabilities dropped, RuntimeDefault seccomp), runs two
+//!   replicas electing a leader on a Lease (one with Recreate without leader election), and
+//!   gets the worker image, watched namespace and lease timings.
 //!
 //! The chart tests run the pinned helm that `scripts/install-deps` installs
 //! (`$VF_CACHE/tools/bin/helm`, or `$VF_HELM`).
@@ -24,7 +25,9 @@ use std::time::Duration;
 use http::{Request, Response};
 use kube::client::Body;
 use serde_json::{Value, json};
-use videoflow_operator::controller::permissions::REQUIRED_PERMISSIONS;
+use videoflow_operator::controller::permissions::{
+    LEADER_ELECTION_PERMISSIONS, REQUIRED_PERMISSIONS,
+};
 use videoflow_operator::controller::{self, Context, Metrics, RunConfig, StatusConfig};
 use videoflow_operator::crd::Flow;
 use videoflow_operator::render::{self, RenderConfig};
@@ -43,7 +46,13 @@ fn repo_root() -> PathBuf {
 }
 
 fn required() -> BTreeSet<Grant> {
-    REQUIRED_PERMISSIONS
+    grants_of(REQUIRED_PERMISSIONS)
+}
+
+fn grants_of(
+    permissions: &[videoflow_operator::controller::permissions::Permission],
+) -> BTreeSet<Grant> {
+    permissions
         .iter()
         .flat_map(|p| {
             p.verbs
@@ -121,6 +130,23 @@ fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
     found[0]
 }
 
+/// The chart's Role for the leader Lease, by its name suffix.
+const LEADER_ROLE_SUFFIX: &str = "-leader-election";
+
+fn is_leader_role(doc: &Value) -> bool {
+    doc["metadata"]["name"]
+        .as_str()
+        .is_some_and(|n| n.ends_with(LEADER_ROLE_SUFFIX))
+}
+
+/// Roles and RoleBindings except the leader Lease's.
+fn flow_roles<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    of_kind(docs, kind)
+        .into_iter()
+        .filter(|d| !is_leader_role(d))
+        .collect()
+}
+
 fn strings(v: &Value) -> Vec<String> {
     v.as_array()
         .map(|a| {
@@ -174,7 +200,7 @@ fn assert_exactly_required(granted: &BTreeSet<Grant>, what: &str) {
 #[test]
 fn rbac_1_chart_cluster_role_grants_exactly_the_required_permissions() {
     let docs = template(&[]);
-    assert!(of_kind(&docs, "Role").is_empty() && of_kind(&docs, "RoleBinding").is_empty());
+    assert!(flow_roles(&docs, "Role").is_empty() && flow_roles(&docs, "RoleBinding").is_empty());
     let role = one(&docs, "ClusterRole");
     assert_exactly_required(&grants(role), "the chart's ClusterRole");
     let binding = one(&docs, "ClusterRoleBinding");
@@ -203,10 +229,14 @@ fn rbac_1_chart_watching_one_namespace_uses_a_role_there() {
         of_kind(&docs, "ClusterRole").is_empty() && of_kind(&docs, "ClusterRoleBinding").is_empty(),
         "a watched namespace needs no cluster-wide grant"
     );
-    let role = one(&docs, "Role");
+    let roles = flow_roles(&docs, "Role");
+    assert_eq!(roles.len(), 1, "one Role for the Flows: {roles:?}");
+    let role = roles[0];
     assert_eq!(role["metadata"]["namespace"], "media");
     assert_exactly_required(&grants(role), "the chart's Role");
-    let binding = one(&docs, "RoleBinding");
+    let bindings = flow_roles(&docs, "RoleBinding");
+    assert_eq!(bindings.len(), 1);
+    let binding = bindings[0];
     assert_eq!(binding["metadata"]["namespace"], "media");
     assert_eq!(binding["roleRef"]["kind"], "Role");
     assert_eq!(binding["subjects"][0]["namespace"], RELEASE_NS);
@@ -217,11 +247,106 @@ fn rbac_1_chart_watching_one_namespace_uses_a_role_there() {
 }
 
 #[test]
+fn rbac_1_leader_lease_role_is_namespaced_and_names_its_one_lease() {
+    for sets in [vec![], vec!["watchNamespace=media"]] {
+        let docs = template(&sets);
+        let roles: Vec<&Value> = of_kind(&docs, "Role")
+            .into_iter()
+            .filter(|d| is_leader_role(d))
+            .collect();
+        assert_eq!(roles.len(), 1, "{sets:?}: one leader Lease Role");
+        let role = roles[0];
+        assert_eq!(
+            role["metadata"]["namespace"], RELEASE_NS,
+            "the Lease lives in the operator's own namespace"
+        );
+        let deployment = one(&docs, "Deployment");
+        let lease = env(deployment)
+            .get("VF_OPERATOR_LEADER_ELECTION_LEASE")
+            .cloned()
+            .expect("the Lease's name in the environment");
+        let mut granted = BTreeSet::new();
+        for rule in role["rules"].as_array().expect("rules") {
+            let verbs = strings(&rule["verbs"]);
+            let names = strings(&rule["resourceNames"]);
+            // `create` cannot be limited by name; everything else is on the one Lease.
+            if verbs != ["create"] {
+                assert_eq!(names, std::slice::from_ref(&lease), "{rule}");
+            }
+            for group in strings(&rule["apiGroups"]) {
+                for resource in strings(&rule["resources"]) {
+                    for verb in &verbs {
+                        granted.insert((group.clone(), resource.clone(), verb.clone()));
+                    }
+                }
+            }
+        }
+        assert_eq!(granted, grants_of(LEADER_ELECTION_PERMISSIONS));
+        let pod_env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+        let ns_var = pod_env
+            .as_array()
+            .expect("env")
+            .iter()
+            .find(|e| e["name"] == "VF_OPERATOR_LEADER_ELECTION_NAMESPACE")
+            .expect("the Lease namespace in the environment");
+        assert_eq!(
+            ns_var["valueFrom"]["fieldRef"]["fieldPath"],
+            "metadata.namespace"
+        );
+        let binding = of_kind(&docs, "RoleBinding")
+            .into_iter()
+            .find(|d| is_leader_role(d))
+            .expect("its RoleBinding");
+        assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+        assert_eq!(binding["metadata"]["namespace"], RELEASE_NS);
+    }
+    let single = template(&["leaderElection.enabled=false", "replicaCount=1"]);
+    assert!(
+        of_kind(&single, "Role")
+            .into_iter()
+            .all(|d| !is_leader_role(d))
+    );
+    let d = one(&single, "Deployment");
+    assert_eq!(d["spec"]["replicas"], 1);
+    assert_eq!(d["spec"]["strategy"]["type"], "Recreate");
+    assert!(!env(d).contains_key("VF_OPERATOR_LEADER_ELECTION_LEASE"));
+}
+
+#[test]
 fn rbac_1_static_cluster_role_grants_exactly_the_required_permissions() {
     let text = std::fs::read_to_string(repo_root().join("config/rbac/role.yaml"))
         .expect("config/rbac/role.yaml");
     let docs = documents(&text);
     assert_exactly_required(&grants(one(&docs, "ClusterRole")), "config/rbac/role.yaml");
+
+    let text = std::fs::read_to_string(repo_root().join("config/rbac/leader_election_role.yaml"))
+        .expect("config/rbac/leader_election_role.yaml");
+    let docs = documents(&text);
+    let role = one(&docs, "Role");
+    assert_eq!(role["metadata"]["namespace"], "videoflow-system");
+    let mut granted = BTreeSet::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        let verbs = strings(&rule["verbs"]);
+        if verbs != ["create"] {
+            assert_eq!(
+                strings(&rule["resourceNames"]),
+                ["videoflow-operator"],
+                "{rule}"
+            );
+        }
+        for verb in verbs {
+            granted.insert((
+                strings(&rule["apiGroups"])[0].clone(),
+                strings(&rule["resources"])[0].clone(),
+                verb,
+            ));
+        }
+    }
+    assert_eq!(granted, grants_of(LEADER_ELECTION_PERMISSIONS));
+    assert_eq!(
+        one(&docs, "RoleBinding")["roleRef"]["name"],
+        role["metadata"]["name"]
+    );
 }
 
 #[test]
@@ -559,7 +684,14 @@ fn chart_1_helm_lint_passes() {
 #[test]
 fn chart_1_refuses_what_the_operator_cannot_do() {
     for (set, why) in [
-        ("leaderElection.enabled=true", "no leader election yet"),
+        (
+            "leaderElection.enabled=false",
+            "needs leaderelection.enabled",
+        ),
+        (
+            "leaderElection.renewDeadlineSeconds=15",
+            "retryperiodseconds < renewdeadlineseconds < leasedurationseconds",
+        ),
         ("concurrency=0", "minimum"),
         ("unknownValue=1", "additional properties"),
     ] {
@@ -626,11 +758,11 @@ fn env(deployment: &Value) -> BTreeMap<String, String> {
 }
 
 #[test]
-fn chart_3_operator_pod_is_restricted_and_single() {
+fn chart_3_operator_pod_is_restricted_and_two_replicas_elect_a_leader() {
     let docs = template(&["workerImage.tag=1.2.3", "natsUrl=nats://nats.media:4222"]);
     let d = one(&docs, "Deployment");
-    assert_eq!(d["spec"]["replicas"], 1);
-    assert_eq!(d["spec"]["strategy"]["type"], "Recreate");
+    assert_eq!(d["spec"]["replicas"], 2);
+    assert_eq!(d["spec"]["strategy"]["type"], "RollingUpdate");
     let pod = &d["spec"]["template"]["spec"];
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     assert_eq!(pod["securityContext"]["runAsUser"], 65532);
@@ -661,6 +793,14 @@ fn chart_3_operator_pod_is_restricted_and_single() {
         Some("[::]:8080"),
         "dual-stack by default"
     );
+    for (var, value) in [
+        ("VF_OPERATOR_LEADER_ELECTION_LEASE", "vf-videoflow-operator"),
+        ("VF_OPERATOR_LEADER_ELECTION_LEASE_DURATION_SECONDS", "15"),
+        ("VF_OPERATOR_LEADER_ELECTION_RENEW_DEADLINE_SECONDS", "10"),
+        ("VF_OPERATOR_LEADER_ELECTION_RETRY_PERIOD_SECONDS", "2"),
+    ] {
+        assert_eq!(env.get(var).map(String::as_str), Some(value), "{var}");
+    }
     let svc = one(&docs, "Service");
     assert_eq!(svc["spec"]["ports"][0]["port"], 8080);
     assert!(of_kind(&docs, "ServiceMonitor").is_empty());

@@ -3,12 +3,13 @@
 //! policy backs off by.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::{Client, ResourceExt};
 
+use super::cache::Stores;
 use super::demand::DemandObserver;
 use super::metrics::Metrics;
 use super::status::StatusConfig;
@@ -47,6 +48,9 @@ pub struct Context {
     pub demand: Option<Arc<DemandObserver>>,
     /// Consecutive failures per Flow, for the error policy's backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// The reflector stores of the running Controller (the controller's `run` sets them per
+    /// term); `None` reads children with LISTs (the mocked-API tests).
+    stores: RwLock<Option<Stores>>,
 }
 
 impl Context {
@@ -75,6 +79,7 @@ impl Context {
             clock,
             demand: None,
             failures: Mutex::new(HashMap::new()),
+            stores: RwLock::new(None),
         }
     }
 
@@ -82,6 +87,18 @@ impl Context {
     pub fn with_demand(mut self, observer: Arc<DemandObserver>) -> Self {
         self.demand = Some(observer);
         self
+    }
+
+    /// The reflector stores reads come from, when a Controller runs with them.
+    pub fn stores(&self) -> Option<Stores> {
+        self.stores.read().ok().and_then(|s| s.clone())
+    }
+
+    /// Sets (or clears) the stores reads come from.
+    pub fn set_stores(&self, stores: Option<Stores>) {
+        if let Ok(mut slot) = self.stores.write() {
+            *slot = stores;
+        }
     }
 
     /// Now, from the context's clock.

@@ -9,12 +9,18 @@
 //!
 //! A read that fails or times out is an `Unknown` observation, never a zero: the node's
 //! demand is then `unknown` with the parents named and no replica count, so a broker outage
-//! cannot look like an idle flow. The reconciler runs the observer after computing the
-//! status and requeues the Flow at the observer's interval, so the demand is refreshed on that
-//! interval even when nothing in the cluster changes.
+//! cannot look like an idle flow.
+//!
+//! Only autoscaled nodes are observed: they are the ones whose replica count the demand
+//! decides, and every other node's demand would be a broker read and a status write per
+//! interval that nobody acts on. A Flow without an autoscaled node costs no broker read at
+//! all. The demand is refreshed at the observer's own interval, not per reconcile: a
+//! reconcile within the interval of the last observation (a pod event, an owned object's
+//! change) reuses it, so a busy cluster does not turn into a stream of broker reads and lag
+//! writes. The reconciler requeues a Flow with autoscaled nodes at that interval.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use futures::future::join_all;
@@ -28,7 +34,7 @@ use videoflow_core::scaling::{
 };
 
 use crate::crd::{DemandStatus, Flow, FlowStatus};
-use crate::render::autoscaling::ScalingRule;
+use crate::render::autoscaling::{ScalingRule, any_requested, requested};
 use crate::render::flow_document;
 
 /// How often a Flow's demand is refreshed by default.
@@ -202,13 +208,41 @@ pub fn merge_demand(status: &mut FlowStatus, mut demand: BTreeMap<String, Demand
     }
 }
 
-/// The observer the reconciler shares: its interval, its timeout and one broker connection
-/// per URL (async-nats reconnects by itself; a read during an outage times out as `Unknown`).
+/// The observer the reconciler shares: its interval, its timeout, one broker connection per
+/// URL (async-nats reconnects by itself; a read during an outage times out as `Unknown`) and
+/// the last observation per Flow.
 #[derive(Debug)]
 pub struct DemandObserver {
     interval: Duration,
     timeout: Duration,
     clients: Mutex<HashMap<String, async_nats::Client>>,
+    last: Mutex<HashMap<FlowKey, Observed>>,
+}
+
+/// A Flow as the observer caches it: namespace, name and uid (a recreated Flow is another).
+type FlowKey = (String, String, String);
+
+/// One observation of a Flow: when, of which generation, and what was seen.
+#[derive(Debug, Clone)]
+struct Observed {
+    at: Instant,
+    generation: Option<i64>,
+    demand: BTreeMap<String, DemandStatus>,
+}
+
+fn flow_key(flow: &Flow) -> FlowKey {
+    (
+        flow.metadata.namespace.clone().unwrap_or_default(),
+        flow.metadata.name.clone().unwrap_or_default(),
+        flow.metadata.uid.clone().unwrap_or_default(),
+    )
+}
+
+/// Whether `flow` has a node whose replicas the demand decides (an autoscaled node), i.e.
+/// whether the observer reads anything for it and the reconciler requeues it at the
+/// observer's interval.
+pub fn observes(flow: &Flow) -> bool {
+    any_requested(&flow.spec)
 }
 
 impl DemandObserver {
@@ -218,7 +252,45 @@ impl DemandObserver {
             interval,
             timeout,
             clients: Mutex::new(HashMap::new()),
+            last: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The demand of every autoscaled node of `flow`, by node name: the last observation
+    /// while it is younger than the interval and of the same generation, else a new one
+    /// ([`Self::observe_flow`]).
+    pub async fn demand_of(
+        &self,
+        flow: &Flow,
+        default_url: Option<&str>,
+    ) -> BTreeMap<String, DemandStatus> {
+        if !observes(flow) {
+            self.forget(flow).await;
+            return BTreeMap::new();
+        }
+        let key = flow_key(flow);
+        let generation = flow.metadata.generation;
+        if let Some(seen) = self.last.lock().await.get(&key)
+            && seen.generation == generation
+            && seen.at.elapsed() < self.interval
+        {
+            return seen.demand.clone();
+        }
+        let demand = self.observe_flow(flow, default_url).await;
+        self.last.lock().await.insert(
+            key,
+            Observed {
+                at: Instant::now(),
+                generation,
+                demand: demand.clone(),
+            },
+        );
+        demand
+    }
+
+    /// Drops the last observation of `flow` (it was deleted, or no longer autoscales).
+    pub async fn forget(&self, flow: &Flow) {
+        self.last.lock().await.remove(&flow_key(flow));
     }
 
     /// How often the reconciler should look again.
@@ -263,7 +335,8 @@ impl DemandObserver {
         Ok(jetstream::new(client))
     }
 
-    /// The demand of every node with parents of `flow`'s current run, by node name.
+    /// The demand of every autoscaled node with parents of `flow`'s current run, by node
+    /// name, read now.
     ///
     /// The broker is the Flow's `spec.broker.url`, else `default_url` (the operator's
     /// `--nats-url`). Nothing here fails: an unrenderable Flow has no nodes to observe, and
@@ -279,6 +352,9 @@ impl DemandObserver {
         let Ok(compiled) = compiled else {
             return BTreeMap::new();
         };
+        if !observes(flow) {
+            return BTreeMap::new();
+        }
         let broker = flow.spec.broker.as_ref();
         let own_url = broker
             .and_then(|b| b.url.as_deref())
@@ -300,7 +376,12 @@ impl DemandObserver {
         };
         let mut out = BTreeMap::new();
         for spec in compiled.nodes.iter().filter(|s| !s.parents.is_empty()) {
-            let Some(decl) = flow.spec.nodes.iter().find(|d| d.name == spec.name) else {
+            let Some(decl) = flow
+                .spec
+                .nodes
+                .iter()
+                .find(|d| d.name == spec.name && requested(&flow.spec, d))
+            else {
                 continue;
             };
             let rule = ScalingRule::of(&flow.spec, decl);

@@ -45,6 +45,9 @@ pub enum ReconcileError {
     /// The Flow came from the API server without a name or namespace.
     #[error("the Flow has no {0}")]
     MissingMetadata(&'static str),
+    /// The watch behind a reflector store ended (the controller is stopping).
+    #[error("the {0} cache stopped: the controller is shutting down")]
+    CacheStopped(&'static str),
 }
 
 impl ReconcileError {
@@ -92,6 +95,7 @@ impl ReconcileError {
             ReconcileError::Kube { .. } => ErrorCode::Cluster,
             ReconcileError::Serialize { .. } => ErrorCode::Unknown,
             ReconcileError::MissingMetadata(_) => ErrorCode::Config,
+            ReconcileError::CacheStopped(_) => ErrorCode::Cluster,
         }
     }
 
@@ -102,6 +106,7 @@ impl ReconcileError {
             ReconcileError::Kube { action, .. } => format!("kube_{}", action.replace(' ', "_")),
             ReconcileError::Serialize { .. } => "serialize".to_owned(),
             ReconcileError::MissingMetadata(_) => "missing_metadata".to_owned(),
+            ReconcileError::CacheStopped(_) => "cache_stopped".to_owned(),
         }
     }
 }

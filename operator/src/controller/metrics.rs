@@ -52,7 +52,9 @@ impl Metrics {
         let mut registry = Registry::with_prefix("videoflow_operator");
         let reconciles = Counter::default();
         let errors = Family::<ErrorLabels, Counter>::default();
-        let duration = Histogram::new([0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]);
+        let duration = Histogram::new([
+            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+        ]);
         let flows = Family::<PhaseLabels, Gauge>::default();
         registry.register("reconciles", "Reconciles started", reconciles.clone());
         registry.register(

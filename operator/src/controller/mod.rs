@@ -1,6 +1,8 @@
 //! The reconciler: a kube-runtime Controller for `Flow` (design §7).
 //!
 //! Modules, in pipeline order:
+//! - [`cache`]: the reflector stores of the owned kinds, where a reconcile reads its
+//!   children;
 //! - [`admission`]: validation, the autoscaling refusal and rendering, all problems at once
 //!   (pure);
 //! - [`observe`]: the Flow's children and pods, read by label, and the lookups on them
@@ -14,19 +16,22 @@
 //! - [`reconcile`](mod@reconcile): the pipeline itself and the error policy;
 //! - [`metrics`]: Prometheus metrics;
 //! - [`context`]: what every reconcile shares (client, recorder, configuration, clock);
-//! - [`permissions`]: the API permissions all of the above use (the chart's RBAC).
+//! - [`permissions`]: the API permissions all of the above use (the chart's RBAC);
+//! - [`leader`]: leader election on a Lease, so of several replicas one reconciles.
 //!
 //! [`run`] wires them into a Controller: it owns the kinds the renderer makes (Jobs,
 //! Deployments, StatefulSets, Services, ConfigMaps, PodDisruptionBudgets) and watches the
 //! pods the operator's workloads create, all label-selected so the watches carry only
-//! videoflow's objects.
+//! videoflow's objects; each watch fills a [`cache::Stores`] store that reconciles read.
 
 pub mod admission;
 pub mod apply;
+pub mod cache;
 pub mod context;
 pub mod demand;
 pub mod error;
 pub mod events;
+pub mod leader;
 pub mod metrics;
 pub mod observe;
 pub mod permissions;
@@ -45,6 +50,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
+
+use cache::{
+    Stores, deployment_without_template, job_without_template, keep, pod_without_spec, reflected,
+    stateful_set_without_template, without_data,
+};
 use kube::runtime::utils::PredicateConfig;
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -88,6 +98,10 @@ pub fn flow_of_pod(pod: &Pod) -> Option<ObjectRef<Flow>> {
 }
 
 /// Runs the Controller until `shutdown` resolves; in-flight reconciles finish first.
+///
+/// Each owned kind is watched once: the watch both requeues the owning Flow and fills the
+/// store the reconciles read ([`cache`]). The stores live as long as this call: a replica
+/// that stops leading drops them, and its next term starts with fresh ones.
 pub async fn run(
     ctx: Arc<Context>,
     config: RunConfig,
@@ -103,20 +117,48 @@ pub async fn run(
     let (flows, writer) = reflector::store();
     let trigger = watcher(api::<Flow>(&client, ns), watcher::Config::default())
         .default_backoff()
+        .modify(|f| f.managed_fields_mut().clear())
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicates::generation, PredicateConfig::default());
+    let (config_maps, cm_events) =
+        reflected(api::<ConfigMap>(&client, ns), owned.clone(), without_data);
+    let (jobs, job_events) =
+        reflected(api::<Job>(&client, ns), owned.clone(), job_without_template);
+    let (deployments, deployment_events) = reflected(
+        api::<Deployment>(&client, ns),
+        owned.clone(),
+        deployment_without_template,
+    );
+    let (stateful_sets, sts_events) = reflected(
+        api::<StatefulSet>(&client, ns),
+        owned.clone(),
+        stateful_set_without_template,
+    );
+    let (services, service_events) = reflected(api::<Service>(&client, ns), owned.clone(), keep);
+    let (pdbs, pdb_events) =
+        reflected(api::<PodDisruptionBudget>(&client, ns), owned.clone(), keep);
+    let (pods, pod_events) = reflected(api::<Pod>(&client, ns), owned, pod_without_spec);
+    ctx.set_stores(Some(Stores {
+        config_maps,
+        jobs,
+        deployments,
+        stateful_sets,
+        services,
+        pdbs,
+        pods,
+    }));
     Controller::for_stream(trigger, flows)
-        .owns(api::<ConfigMap>(&client, ns), owned.clone())
-        .owns(api::<Job>(&client, ns), owned.clone())
-        .owns(api::<Deployment>(&client, ns), owned.clone())
-        .owns(api::<StatefulSet>(&client, ns), owned.clone())
-        .owns(api::<Service>(&client, ns), owned.clone())
-        .owns(api::<PodDisruptionBudget>(&client, ns), owned.clone())
-        .watches(api::<Pod>(&client, ns), owned, |pod| flow_of_pod(&pod))
+        .owns_stream(cm_events)
+        .owns_stream(job_events)
+        .owns_stream(deployment_events)
+        .owns_stream(sts_events)
+        .owns_stream(service_events)
+        .owns_stream(pdb_events)
+        .watches_stream(pod_events, |pod| flow_of_pod(&pod))
         .with_config(controller::Config::default().concurrency(config.concurrency))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| async move {
             match result {
                 Ok((flow, _)) => tracing::debug!(flow = %flow, "reconciled"),
@@ -129,4 +171,5 @@ pub async fn run(
             }
         })
         .await;
+    ctx.set_stores(None);
 }

@@ -21,7 +21,8 @@ pub struct Permission {
 }
 
 /// Verbs on the kinds the operator renders and owns:
-/// - `list`, `watch`: the Controller's `.owns()` watches and `observe`'s label-selected LISTs;
+/// - `list`, `watch`: the Controller's watches (which also fill the reflector stores reconciles
+///   read, `cache`) and `observe`'s label-selected LISTs where no store runs;
 /// - `create`, `patch`: server-side apply (`apply::apply_one`) — a PATCH that creates an
 ///   absent object is authorized as `create` as well;
 /// - `delete`: pruning and the finalizer's stop of the run (`apply::delete_child`).
@@ -103,3 +104,12 @@ pub const REQUIRED_PERMISSIONS: &[Permission] = &[
         verbs: &["patch"],
     },
 ];
+
+/// The leader Lease (`leader`), granted by a Role in the operator's own namespace, apart from
+/// [`REQUIRED_PERMISSIONS`] (which may be cluster-wide): `get` and `update` only on the
+/// Lease's name (`resourceNames` in the chart); `create` cannot be limited by name.
+pub const LEADER_ELECTION_PERMISSIONS: &[Permission] = &[Permission {
+    group: "coordination.k8s.io",
+    resource: "leases",
+    verbs: &["create", "get", "update"],
+}];

@@ -15,10 +15,10 @@ use kube::{Resource, ResourceExt};
 use super::admission::admit;
 use super::apply::{self, FIELD_MANAGER, Stage, desired_objects, plan};
 use super::context::Context;
-use super::demand::merge_demand;
+use super::demand::{merge_demand, observes};
 use super::error::ReconcileError;
 use super::events::{Transition, publish, transitions};
-use super::observe::{may_own_scalers, observe, scaled_objects};
+use super::observe::{Observed, may_own_scalers, observe, scaled_objects};
 use super::status::{self, compute_status, rejected_status};
 use super::teardown::{
     self, FINALIZER, TEARDOWN_COMPONENT, TeardownOutcome, TeardownStep, teardown_job, teardown_step,
@@ -107,7 +107,7 @@ async fn reconcile_flow(flow: &Flow, ctx: &Context) -> Result<Action, ReconcileE
             return Ok(Action::await_change());
         }
     };
-    let mut observed = observe(&ctx.client, &ns, &name).await?;
+    let mut observed = read_children(ctx, &ns, &name).await?;
     if may_own_scalers(flow) {
         observed.scaled_objects = scaled_objects(&ctx.client, &ns, &name).await?;
     }
@@ -146,20 +146,33 @@ async fn reconcile_flow(flow: &Flow, ctx: &Context) -> Result<Action, ReconcileE
         now,
     );
     if let Some(observer) = &ctx.demand {
+        // Autoscaled nodes only, at the observer's own interval (see `demand`); every other
+        // node's demand is cleared, so switching autoscaling off leaves no stale figure.
         let demand = observer
-            .observe_flow(flow, ctx.render.nats_url.as_deref())
+            .demand_of(flow, ctx.render.nats_url.as_deref())
             .await;
         merge_demand(&mut computed.status, demand);
-        computed.recheck_after = Some(
-            computed
-                .recheck_after
-                .map_or(observer.interval(), |r| r.min(observer.interval())),
-        );
+        if observes(flow) {
+            computed.recheck_after = Some(
+                computed
+                    .recheck_after
+                    .map_or(observer.interval(), |r| r.min(observer.interval())),
+            );
+        }
     }
     write_status(ctx, flow, &name, &ns, computed.status).await?;
     Ok(Action::requeue(
         computed.recheck_after.unwrap_or(RESYNC).min(RESYNC),
     ))
+}
+
+/// The Flow's children: from the Controller's reflector stores when it runs with them, else
+/// with label-selected LISTs.
+async fn read_children(ctx: &Context, ns: &str, name: &str) -> Result<Observed, ReconcileError> {
+    match ctx.stores() {
+        Some(stores) => stores.observe(ns, name).await,
+        None => observe(&ctx.client, ns, name).await,
+    }
 }
 
 /// Patches the status (server-side apply, the operator's field manager) when it differs from
@@ -275,7 +288,7 @@ async fn cleanup(
             .await;
         }
     };
-    let mut observed = observe(&ctx.client, ns, name).await?;
+    let mut observed = read_children(ctx, ns, name).await?;
     if may_own_scalers(flow) {
         observed.scaled_objects = scaled_objects(&ctx.client, ns, name).await?;
     }
@@ -348,6 +361,9 @@ async fn release(
     };
     publish(&ctx.recorder, flow, &t).await;
     remove_finalizer(ctx, flow, name, ns).await?;
+    if let Some(observer) = &ctx.demand {
+        observer.forget(flow).await;
+    }
     ctx.metrics.set_phase(&format!("{ns}/{name}"), None);
     Ok(Action::await_change())
 }

@@ -1,7 +1,8 @@
 //! The e2e world: a real control plane (or `VF_E2E_KUBECONFIG`'s cluster), a real
 //! nats-server, the chart's CRD and RBAC applied with `helm template`, the pinned KEDA
-//! ScaledObject CRD, and `videoflow-operator run` as a process under the chart's
-//! ServiceAccount (a TokenRequest token in a kubeconfig of its own).
+//! ScaledObject CRD, and two `videoflow-operator run` processes under the chart's
+//! ServiceAccount (a TokenRequest token in a kubeconfig of its own) electing a leader on the
+//! chart's Lease, as the chart's two replicas do.
 //!
 //! Every wait is one [`wait_for`] with a generous deadline; a timeout panics with what was
 //! awaited, what was last seen and the operator's log tail, never a fixed sleep standing in
@@ -33,6 +34,35 @@ pub const RELEASE: &str = "videoflow";
 pub const SERVICE_ACCOUNT: &str = "videoflow-videoflow-operator";
 /// The field manager of what the tests themselves apply.
 const TEST_MANAGER: &str = "videoflow-e2e";
+/// The identities of the two operator replicas (their `POD_NAME`).
+pub const REPLICAS: [&str; 2] = ["e2e-operator-a", "e2e-operator-b"];
+/// The leader Lease: the chart names it after the release's full name.
+pub const LEASE: &str = SERVICE_ACCOUNT;
+/// The e2e replicas' lease timings (seconds): duration, renew deadline, retry period. Shorter
+/// than the chart's 15/10/2 so a handover scenario is quick; still long enough that a busy
+/// machine does not lose the lease between two renewals.
+pub const LEASE_TIMINGS: (u64, u64, u64) = (8, 6, 1);
+
+/// One operator process.
+pub struct Replica {
+    /// Its identity in the Lease.
+    pub identity: &'static str,
+    child: Child,
+    log: PathBuf,
+    metrics: std::net::SocketAddr,
+}
+
+/// What the scale bench reads of the Lease holder's process.
+#[derive(Debug, Clone)]
+pub struct ProcessFigures {
+    /// Resident memory now, KiB (`VmRSS`).
+    pub rss_kib: u64,
+    /// Peak resident memory, KiB (`VmHWM`).
+    pub peak_rss_kib: u64,
+    /// Its `/metrics` text.
+    pub metrics: String,
+}
+
 /// How long any wait may take: generous, since two busy cores run the API server, the
 /// controllers, kwok, the operator and the other tests at once.
 pub const DEADLINE: Duration = Duration::from_secs(120);
@@ -53,8 +83,8 @@ pub struct World {
     pub client: Client,
     /// The broker the operator renders into pods and reads demand from.
     pub nats: NatsServer,
-    operator: std::sync::Mutex<Child>,
-    operator_log: PathBuf,
+    operators: std::sync::Mutex<Vec<Replica>>,
+    sa_kubeconfig: PathBuf,
     dir: PathBuf,
     // Dropped last: everything above talks to it.
     plane: ControlPlane,
@@ -91,21 +121,24 @@ impl World {
         }
         let sa_kubeconfig = dir.join("operator.kubeconfig");
         rt.block_on(install(&client, &admin, &sa_kubeconfig))?;
-        let operator_log = dir.join("operator.log");
-        let operator = spawn_operator(&sa_kubeconfig, &nats.url(), &operator_log)?;
-        // Stopped with the control plane even if this process is killed before its drop.
-        plane.adopt(operator.id()).map_err(|e| e.to_string())?;
+        let mut operators = Vec::new();
+        for identity in REPLICAS {
+            let replica = spawn_replica(&dir, &sa_kubeconfig, &nats.url(), identity)?;
+            // Stopped with the control plane even if this process is killed before its drop.
+            plane.adopt(replica.child.id()).map_err(|e| e.to_string())?;
+            operators.push(replica);
+        }
         eprintln!(
-            "e2e: chart RBAC and CRDs applied, operator started in {:.1} s (log: {})",
+            "e2e: chart RBAC and CRDs applied, operators {REPLICAS:?} started in {:.1} s (logs: {})",
             started.elapsed().as_secs_f64(),
-            operator_log.display()
+            dir.display()
         );
         Ok(World {
             rt,
             client,
             nats,
-            operator: std::sync::Mutex::new(operator),
-            operator_log,
+            operators: std::sync::Mutex::new(operators),
+            sa_kubeconfig,
             dir,
             plane,
         })
@@ -121,41 +154,129 @@ impl World {
         &self.dir
     }
 
-    /// The last `n` lines of the operator's log.
+    /// The last `n` lines of each operator replica's log.
     pub fn operator_tail(&self, n: usize) -> String {
-        tail(&self.operator_log, n)
+        let Ok(operators) = self.operators.lock() else {
+            return String::new();
+        };
+        operators
+            .iter()
+            .map(|r| format!("[{}]\n{}", r.identity, tail(&r.log, n)))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
-    /// "running", or how the operator process exited (a scenario's failure names it).
+    /// Every replica's log, whole (the secret scan reads them).
+    pub fn operator_logs(&self) -> String {
+        REPLICAS.iter().map(|r| self.operator_log(r)).collect()
+    }
+
+    /// The whole log of the replica `identity`.
+    pub fn operator_log(&self, identity: &str) -> String {
+        let Ok(operators) = self.operators.lock() else {
+            return String::new();
+        };
+        operators
+            .iter()
+            .find(|r| r.identity == identity)
+            .map(|r| std::fs::read_to_string(&r.log).unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    /// Per replica "running", or how the process exited (a scenario's failure names it).
     pub fn operator_state(&self) -> String {
-        match self.operator.lock().map(|mut c| c.try_wait()) {
-            Ok(Ok(None)) => "running".to_owned(),
-            Ok(Ok(Some(status))) => format!("exited ({status})"),
-            Ok(Err(e)) => format!("unknown ({e})"),
-            Err(_) => "unknown (lock poisoned)".to_owned(),
-        }
+        let Ok(mut operators) = self.operators.lock() else {
+            return "unknown (lock poisoned)".to_owned();
+        };
+        operators
+            .iter_mut()
+            .map(|r| {
+                let state = match r.child.try_wait() {
+                    Ok(None) => "running".to_owned(),
+                    Ok(Some(status)) => format!("exited ({status})"),
+                    Err(e) => format!("unknown ({e})"),
+                };
+                format!("{}: {state}", r.identity)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The process figures of the replica `identity`: memory from `/proc`, and its metrics.
+    pub async fn figures(&self, identity: &str) -> Result<ProcessFigures, String> {
+        let (pid, addr) = {
+            let operators = self.operators.lock().map_err(|_| "lock")?;
+            let r = operators
+                .iter()
+                .find(|r| r.identity == identity)
+                .ok_or_else(|| format!("no replica {identity}"))?;
+            (r.child.id(), r.metrics)
+        };
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
+        let kib = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let metrics = http_get(addr, "/metrics").await?;
+        Ok(ProcessFigures {
+            rss_kib: kib("VmRSS:"),
+            peak_rss_kib: kib("VmHWM:"),
+            metrics,
+        })
+    }
+
+    /// SIGKILLs the replica `identity` (no release of its Lease: a crash).
+    pub fn kill_replica(&self, identity: &str) {
+        let mut operators = self.operators.lock().expect("operators");
+        let r = operators
+            .iter_mut()
+            .find(|r| r.identity == identity)
+            .unwrap_or_else(|| panic!("no replica {identity}"));
+        let _ = r.child.kill();
+        let _ = r.child.wait();
+    }
+
+    /// Starts the replica `identity` again (after [`Self::kill_replica`]); its log continues.
+    pub fn restart_replica(&self, identity: &'static str) {
+        let mut operators = self.operators.lock().expect("operators");
+        let replica = spawn_replica(&self.dir, &self.sa_kubeconfig, &self.nats.url(), identity)
+            .expect("respawning the operator");
+        let _ = self.plane.adopt(replica.child.id());
+        let slot = operators
+            .iter_mut()
+            .find(|r| r.identity == identity)
+            .unwrap_or_else(|| panic!("no replica {identity}"));
+        *slot = replica;
     }
 }
 
 impl Drop for World {
     fn drop(&mut self) {
-        let operator = match self.operator.get_mut() {
-            Ok(child) => child,
+        let operators = match self.operators.get_mut() {
+            Ok(operators) => operators,
             Err(poisoned) => poisoned.into_inner(),
         };
-        // SIGTERM first: the operator drains in-flight reconciles.
-        let _ = Command::new("kill")
-            .args(["-TERM", &operator.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = operator.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        // SIGTERM first: the leader drains in-flight reconciles and releases its Lease.
+        for r in operators.iter() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &r.child.id().to_string()])
+                .status();
         }
-        let _ = operator.kill();
-        let _ = operator.wait();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for r in operators.iter_mut() {
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = r.child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = r.child.kill();
+            let _ = r.child.wait();
+        }
         if std::env::var_os("VF_TESTENV_KEEP").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         } else {
@@ -403,24 +524,97 @@ async fn wait_crd_established(client: &Client, name: &str) -> Result<(), String>
     .await
 }
 
-fn spawn_operator(kubeconfig: &Path, nats_url: &str, log: &Path) -> Result<Child, String> {
-    let out = File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
+/// Starts one operator replica as the chart runs it (leader election on the chart's Lease),
+/// its log appended to `<dir>/operator-<identity>.log`.
+fn spawn_replica(
+    dir: &Path,
+    kubeconfig: &Path,
+    nats_url: &str,
+    identity: &'static str,
+) -> Result<Replica, String> {
+    let log = dir.join(format!("operator-{identity}.log"));
+    // A port free now, for the metrics endpoint the scale bench reads.
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("a free port: {e}"))?;
+    let child = spawn_operator(kubeconfig, nats_url, &log, identity, metrics)?;
+    Ok(Replica {
+        identity,
+        child,
+        log,
+        metrics,
+    })
+}
+
+/// A plain HTTP/1.0 GET on loopback; the body.
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connecting to {addr}: {e}"))?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    stream
+        .read_to_string(&mut text)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(text
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default())
+}
+
+fn spawn_operator(
+    kubeconfig: &Path,
+    nats_url: &str,
+    log: &Path,
+    identity: &str,
+    metrics: std::net::SocketAddr,
+) -> Result<Child, String> {
+    let out = File::options()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| format!("opening {}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_videoflow-operator"));
+    // The scale bench measures a release build: `VF_E2E_OPERATOR_BIN` names it.
+    let bin = std::env::var_os("VF_E2E_OPERATOR_BIN")
+        .filter(|b| !b.is_empty())
+        .map_or_else(
+            || PathBuf::from(env!("CARGO_BIN_EXE_videoflow-operator")),
+            PathBuf::from,
+        );
+    let mut cmd = Command::new(bin);
     cmd.args([
         "run",
         "--nats-url",
         nats_url,
         "--metrics-addr",
-        "127.0.0.1:0",
+        &metrics.to_string(),
         // Demand reads every few seconds, so a scenario sees the observer's writes too.
         "--demand-interval-seconds",
         "5",
         // An unschedulable pod stalls its Flow after 5 s, so the Stalled scenario is quick.
         "--unschedulable-grace-seconds",
         "5",
+        "--leader-election-namespace",
+        OPERATOR_NS,
+        "--leader-election-lease",
+        LEASE,
+    ])
+    .args([
+        "--leader-election-lease-duration-seconds".to_owned(),
+        LEASE_TIMINGS.0.to_string(),
+        "--leader-election-renew-deadline-seconds".to_owned(),
+        LEASE_TIMINGS.1.to_string(),
+        "--leader-election-retry-period-seconds".to_owned(),
+        LEASE_TIMINGS.2.to_string(),
     ])
     .env("KUBECONFIG", kubeconfig)
+    .env("POD_NAME", identity)
     .env(
         "RUST_LOG",
         std::env::var("VF_E2E_OPERATOR_LOG").unwrap_or_else(|_| "info".to_owned()),
