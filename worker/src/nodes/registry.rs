@@ -235,6 +235,24 @@ const CLASSES: &[Class] = &[
         build: |p, f| FileAppenderConsumer::from_params(p).map(|c| consumer(c, f)),
     },
     Class {
+        canonical: "videoflow.producers.video.VideoUrlReader",
+        aliases: &[],
+        family: Family::Producer,
+        build: |p, _| {
+            video::url_reader(p, "videoflow.producers.video.VideoUrlReader")
+                .map(BuiltNode::Producer)
+        },
+    },
+    Class {
+        canonical: "videoflow.producers.video.VideoDeviceReader",
+        aliases: &[],
+        family: Family::Producer,
+        build: |p, _| {
+            video::device_reader(p, "videoflow.producers.video.VideoDeviceReader")
+                .map(BuiltNode::Producer)
+        },
+    },
+    Class {
         canonical: "videoflow.consumers.video.VideofileWriter",
         aliases: &["videoflow.consumers.VideofileWriter"],
         family: Family::Consumer,

@@ -52,6 +52,32 @@ impl std::fmt::Debug for VideoFileReader {
     }
 }
 
+/// `timestamp_source` from the params (`default` when absent), refused as 1.0.4's
+/// constructor refuses it.
+pub(crate) fn timestamp_source(
+    p: &mut Params<'_>,
+    class: &'static str,
+    default: &str,
+) -> Result<TimestampSource, VfError> {
+    let source = p.string("timestamp_source", default)?;
+    match source.as_str() {
+        "clock" => Ok(TimestampSource::Clock),
+        "position" => Ok(TimestampSource::Position),
+        // 1.0.4 raises ValueError in the constructor with this text.
+        other => Err(VfError::new(
+            ErrorCode::Config,
+            format!(
+                "timestamp_source must be one of ('clock', 'position'), got {}",
+                py_repr_str(other)
+            ),
+        )
+        .with_remedy("Set timestamp_source to 'clock' or 'position'.")
+        .with_context("variable", "VF_NODE_PARAMS_JSON")
+        .with_context("class", class)
+        .with_context("param", "timestamp_source")),
+    }
+}
+
 impl VideoFileReader {
     /// 1.0.4's constructor: `video_file` (required), `swap_channels=False`, `nb_frames=-1`,
     /// `timestamp_source='position'`.
@@ -59,25 +85,7 @@ impl VideoFileReader {
         let video_file = p.required_string("video_file")?;
         let swap_channels = p.bool("swap_channels", false)?;
         let nb_frames = p.int("nb_frames", -1)?;
-        let source = p.string("timestamp_source", "position")?;
-        let timestamp_source = match source.as_str() {
-            "clock" => TimestampSource::Clock,
-            "position" => TimestampSource::Position,
-            // 1.0.4 raises ValueError in the constructor with this text.
-            other => {
-                return Err(VfError::new(
-                    ErrorCode::Config,
-                    format!(
-                        "timestamp_source must be one of ('clock', 'position'), got {}",
-                        py_repr_str(other)
-                    ),
-                )
-                .with_remedy("Set timestamp_source to 'clock' or 'position'.")
-                .with_context("variable", "VF_NODE_PARAMS_JSON")
-                .with_context("class", class)
-                .with_context("param", "timestamp_source"));
-            }
-        };
+        let timestamp_source = timestamp_source(p, class, "position")?;
         Ok(VideoFileReader {
             class,
             video_file,
@@ -112,7 +120,7 @@ impl VideoFileReader {
                 format!("video_file {file} cannot be read: {e}"),
                 "Make the file readable by the worker's user.".to_owned(),
             ),
-            OpenFailure::NotMedia(e) => (
+            OpenFailure::NotMedia(e) | OpenFailure::Unreachable(e) => (
                 format!(
                     "video_file {file} is not a video file this worker can read (FFmpeg: {e}); \
                      a file whose header is damaged or missing (e.g. an MP4 cut short before \
