@@ -13,16 +13,13 @@
 
 mod video_support;
 
-use std::collections::HashMap;
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
-use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use serde_json::{Map, Value as Json, json};
-use video_support::{TempDir, ffmpeg, run_ffmpeg};
+use video_support::rtsp::{FPS, GOP, H, Media, SECONDS, Server, W, hash, media};
+use video_support::run_ffmpeg;
 use videoflow_core::envelope::Payload;
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::model::NodeKind;
@@ -32,150 +29,6 @@ use videoflow_worker::nodes::{BuiltNode, NodeContext, Producer, build_node};
 
 const URL_CLASS: &str = "videoflow.producers.video.VideoUrlReader";
 const DEVICE_CLASS: &str = "videoflow.producers.video.VideoDeviceReader";
-
-/// The streamed file: 15 s of 320×180 `testsrc` at 25 fps, H.264 with 2 B-frames and a
-/// keyframe every second (25 frames).
-const W: usize = 320;
-const H: usize = 180;
-const FPS: usize = 25;
-const SECONDS: usize = 15;
-const GOP: usize = 25;
-
-const SERVER_REMEDY: &str = "Install the RTSP test server's packages with \
-    `./scripts/install-deps` (Debian: python3-gi gir1.2-gst-rtsp-server-1.0 \
-    gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad).";
-
-/// The test file and the hash of each of its frames, in display order.
-struct Media {
-    _dir: TempDir,
-    path: PathBuf,
-    hashes: Vec<u64>,
-    /// Frame number in the file of each hash.
-    index_of: HashMap<u64, usize>,
-}
-
-fn hash(bytes: &[u8]) -> u64 {
-    let mut h = DefaultHasher::new();
-    bytes.hash(&mut h);
-    h.finish()
-}
-
-fn media(tag: &str) -> Media {
-    let dir = TempDir::new(tag);
-    let path = dir.join("stream.mp4");
-    let src = format!("testsrc=size={W}x{H}:rate={FPS}");
-    let secs = SECONDS.to_string();
-    let gop = GOP.to_string();
-    let out = path.display().to_string();
-    run_ffmpeg(&[
-        "-f", "lavfi", "-i", &src, "-t", &secs, "-c:v", "libx264", "-bf", "2", "-g", &gop,
-        "-pix_fmt", "yuv420p", &out,
-    ]);
-    let mut child = Command::new(ffmpeg())
-        .args(["-nostdin", "-v", "error", "-i"])
-        .arg(&path)
-        .args(["-f", "rawvideo", "-pix_fmt", "bgr24", "-"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("ffmpeg: {e}"));
-    let mut stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
-    let mut frame = vec![0u8; W * H * 3];
-    let mut hashes = Vec::new();
-    while stdout.read_exact(&mut frame).is_ok() {
-        hashes.push(hash(&frame));
-    }
-    assert!(
-        child.wait().is_ok_and(|s| s.success()),
-        "ffmpeg bgr24 failed"
-    );
-    assert_eq!(hashes.len(), FPS * SECONDS, "frames in the test file");
-    let index_of: HashMap<u64, usize> = hashes.iter().enumerate().map(|(i, h)| (*h, i)).collect();
-    assert_eq!(
-        index_of.len(),
-        hashes.len(),
-        "testsrc frames are all distinct"
-    );
-    Media {
-        _dir: dir,
-        path,
-        hashes,
-        index_of,
-    }
-}
-
-/// One RTSP server process; killed on drop.
-struct Server {
-    child: Option<Child>,
-    port: u16,
-}
-
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/video_support/rtsp_server.py")
-}
-
-impl Server {
-    fn start(path: &Path, port: u16, shared: bool) -> Server {
-        let mut cmd = Command::new("/usr/bin/python3");
-        cmd.arg(script()).arg(path).arg(port.to_string());
-        if shared {
-            cmd.arg("shared");
-        }
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("/usr/bin/python3 does not run: {e}. {SERVER_REMEDY}"));
-        let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let Some(bound) = line
-            .strip_prefix("PORT ")
-            .and_then(|p| p.trim().parse().ok())
-        else {
-            let _ = child.kill();
-            let mut err = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                let _ = e.read_to_string(&mut err);
-            }
-            let _ = child.wait();
-            panic!("the RTSP server did not start ({line:?}): {err}. {SERVER_REMEDY}");
-        };
-        Server {
-            child: Some(child),
-            port: bound,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("rtsp://127.0.0.1:{}/test", self.port)
-    }
-
-    /// SIGKILL: the server goes away without a goodbye.
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    fn signal(&self, sig: &str) {
-        let pid = self.child.as_ref().map(Child::id).unwrap_or_default();
-        let ok = Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "kill {sig} {pid}");
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if self.child.is_some() {
-            self.signal("-CONT");
-        }
-        self.kill();
-    }
-}
 
 fn reader(class: &str, p: Json) -> Result<Box<dyn Producer>, VfError> {
     let Json::Object(map) = p else {
@@ -333,7 +186,7 @@ fn a_stream_joined_mid_gop_starts_at_its_next_keyframe_without_timestamps() {
     // as it reads a URL; what comes before the next keyframe refers to pictures never
     // received and must not come out (OpenCV's default would conceal them).
     let m = media("midgop");
-    let raw = m._dir.join("stream.h264");
+    let raw = m.dir.join("stream.h264");
     let (mp4, raw_s) = (m.path.display().to_string(), raw.display().to_string());
     run_ffmpeg(&[
         "-i",
@@ -354,7 +207,7 @@ fn a_stream_joined_mid_gop_starts_at_its_next_keyframe_without_timestamps() {
         "GOPs of {GOP} frames"
     );
     let bytes = std::fs::read(&raw).unwrap_or_else(|e| panic!("{e}"));
-    let joined = m._dir.join("joined.h264");
+    let joined = m.dir.join("joined.h264");
     std::fs::write(&joined, &bytes[usize::try_from(cut).unwrap_or(0)..])
         .unwrap_or_else(|e| panic!("{e}"));
     let mut s = Session::open(

@@ -23,7 +23,7 @@ use videoflow_core::redact::redact_url;
 use videoflow_core::value::{Tensor, Value};
 
 use super::media::{DecodedFrame, Decoding, LiveSource, OpenFailure, Source, supported_codecs};
-use super::reader::{TimestampSource, timestamp_source};
+use super::reader::{TimestampSource, decoder_threads, timestamp_source};
 use crate::clock::wall_now;
 use crate::nodes::params::Params;
 use crate::nodes::{NodeContext, Producer};
@@ -142,6 +142,7 @@ pub(crate) fn url_reader(p: &mut Params<'_>, class: &'static str) -> Result<Live
             format: None,
             options,
             stall_timeout: Duration::ZERO,
+            threads: 0,
         },
     )
 }
@@ -184,6 +185,7 @@ pub(crate) fn device_reader(
             format: Some("v4l2"),
             options: Vec::new(),
             stall_timeout: Duration::ZERO,
+            threads: 0,
         },
     )
 }
@@ -199,6 +201,7 @@ fn common(
     let nb_retries = p.int("nb_retries", 0)?;
     let swap_channels = p.bool("swap_channels", true)?;
     let timestamp_source = timestamp_source(p, class, "clock")?;
+    source.threads = decoder_threads(p)?;
     let stall = p.float("stall_timeout_s", DEFAULT_STALL_TIMEOUT_S)?;
     source.stall_timeout = p.seconds_value("stall_timeout_s", stall)?;
     if source.stall_timeout.is_zero() {

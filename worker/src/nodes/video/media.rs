@@ -86,8 +86,9 @@ pub(crate) struct Damage {
 /// What a [`Decoding`] reads: a local file, or a live source (a URL or a capture device).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Source {
-    /// A local file, read to its end; damage ends it with an error.
-    File(String),
+    /// A local file (its path, and the decoder's thread count: 0 lets FFmpeg pick), read
+    /// to its end; damage ends it with an error.
+    File(String, usize),
     /// A stream that is watched for stalls and joined at its first keyframe.
     Live(LiveSource),
 }
@@ -104,6 +105,8 @@ pub(crate) struct LiveSource {
     /// The longest wait for the source to open, or for the next packet once open, before
     /// it counts as stalled.
     pub stall_timeout: Duration,
+    /// The decoder's thread count (0 lets FFmpeg pick).
+    pub threads: usize,
 }
 
 /// The decoder's state: reading packets, draining after the last one, or finished.
@@ -141,8 +144,17 @@ const HALT_POLL: Duration = Duration::from_millis(50);
 impl Decoding {
     /// Opens `path` on a new decoding thread; frames come out BGR, or RGB with
     /// `swap_channels`.
-    pub(crate) fn start(path: &str, swap_channels: bool) -> Result<Decoding, OpenFailure> {
-        Decoding::start_source(Source::File(path.to_owned()), swap_channels, &|| false)
+    /// `threads` decoder threads (0: FFmpeg's automatic count).
+    pub(crate) fn start(
+        path: &str,
+        swap_channels: bool,
+        threads: usize,
+    ) -> Result<Decoding, OpenFailure> {
+        Decoding::start_source(
+            Source::File(path.to_owned(), threads),
+            swap_channels,
+            &|| false,
+        )
     }
 
     /// Opens `source` on a new decoding thread. A live source's open is given up (as
@@ -157,7 +169,7 @@ impl Decoding {
         let (opened_tx, opened_rx) = sync_channel::<Result<String, OpenFailure>>(1);
         let (frames_tx, frames) = sync_channel(FRAMES_AHEAD);
         let stall_timeout = match &source {
-            Source::File(_) => None,
+            Source::File(..) => None,
             Source::Live(live) => Some(live.stall_timeout),
         };
         let thread = std::thread::Builder::new()
@@ -303,7 +315,7 @@ fn decode(
     frames: &SyncSender<Message>,
 ) {
     let opening = match source {
-        Source::File(path) => MediaFile::open(path),
+        Source::File(path, threads) => MediaFile::open(path, *threads),
         Source::Live(live) => MediaFile::open_live(live),
     };
     let mut media = match opening {
@@ -397,7 +409,7 @@ pub(crate) fn libavcodec_version() -> String {
 
 impl MediaFile {
     /// Opens `path` (a local file, never a URL) and its first video stream's decoder.
-    fn open(path: &str) -> Result<MediaFile, OpenFailure> {
+    fn open(path: &str, threads: usize) -> Result<MediaFile, OpenFailure> {
         init();
         if path.contains('\0') {
             return Err(OpenFailure::BadPath);
@@ -414,13 +426,14 @@ impl MediaFile {
         let url = format!("file:{path}");
         let input =
             ffmpeg::format::input(&url).map_err(|e| OpenFailure::NotMedia(e.to_string()))?;
-        MediaFile::with_input(input, false)
+        MediaFile::with_input(input, false, threads)
     }
 
     /// The first video stream of an opened input and its decoder.
     fn with_input(
         input: ffmpeg::format::context::Input,
         live: bool,
+        threads: usize,
     ) -> Result<MediaFile, OpenFailure> {
         // The first video stream, as OpenCV picks it (not FFmpeg's "best" one).
         let stream = input
@@ -437,10 +450,11 @@ impl MediaFile {
         };
         let mut context = codec::context::Context::from_parameters(parameters)
             .map_err(|e| OpenFailure::DecoderFailed(found.name().to_owned(), e.to_string()))?;
-        // Frame threads, as many as FFmpeg picks for the machine (OpenCV also uses one per
-        // core); the decoded pictures do not depend on it.
+        // Frame threads: as many as asked, or as FFmpeg picks for the machine when 0 (OpenCV
+        // also uses one per core); the decoded pictures do not depend on it.
         context.set_threading(threading::Config {
             kind: threading::Type::Frame,
+            count: threads,
             ..threading::Config::default()
         });
         let mut decoder = context.decoder();
@@ -506,7 +520,7 @@ impl MediaFile {
             )),
             e => OpenFailure::Unreachable(e.to_string()),
         })?;
-        MediaFile::with_input(input, true)
+        MediaFile::with_input(input, true, live.threads)
     }
 
     /// The codec's FFmpeg name (`h264`, `hevc`, …).

@@ -34,6 +34,7 @@ pub struct VideoFileReader {
     swap_channels: bool,
     nb_frames: i64,
     timestamp_source: TimestampSource,
+    decoder_threads: usize,
     frame_count: i64,
     media: Option<Decoding>,
     ended: bool,
@@ -78,20 +79,37 @@ pub(crate) fn timestamp_source(
     }
 }
 
+/// `decoder_threads` (ours): the decoder's thread count, `0` (the default) for FFmpeg's
+/// automatic one (a thread per core of the machine, which in a pod with a CPU limit is more
+/// than it may use).
+pub(crate) fn decoder_threads(p: &mut Params<'_>) -> Result<usize, VfError> {
+    let n = p.int("decoder_threads", 0)?;
+    match usize::try_from(n) {
+        Ok(n) if n <= 64 => Ok(n),
+        _ => Err(p.bad(
+            "decoder_threads",
+            "a thread count from 0 (automatic) to 64",
+            &serde_json::Value::from(n),
+        )),
+    }
+}
+
 impl VideoFileReader {
     /// 1.0.4's constructor: `video_file` (required), `swap_channels=False`, `nb_frames=-1`,
-    /// `timestamp_source='position'`.
+    /// `timestamp_source='position'`; ours: `decoder_threads` (0: automatic).
     pub(crate) fn from_params(p: &mut Params<'_>, class: &'static str) -> Result<Self, VfError> {
         let video_file = p.required_string("video_file")?;
         let swap_channels = p.bool("swap_channels", false)?;
         let nb_frames = p.int("nb_frames", -1)?;
         let timestamp_source = timestamp_source(p, class, "position")?;
+        let decoder_threads = decoder_threads(p)?;
         Ok(VideoFileReader {
             class,
             video_file,
             swap_channels,
             nb_frames,
             timestamp_source,
+            decoder_threads,
             frame_count: 0,
             media: None,
             ended: false,
@@ -212,7 +230,7 @@ impl VideoFileReader {
 impl Producer for VideoFileReader {
     fn open(&mut self, _ctx: &mut NodeContext) -> Result<(), VfError> {
         if self.media.is_none() && !self.ended {
-            let media = Decoding::start(&self.video_file, self.swap_channels)
+            let media = Decoding::start(&self.video_file, self.swap_channels, self.decoder_threads)
                 .map_err(|f| self.open_error(f))?;
             tracing::debug!(
                 "{}: opened {} ({})",
