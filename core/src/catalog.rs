@@ -191,7 +191,9 @@ const fn class(
 pub const CLASSES: &[ClassSpec] = &[
     class("videoflow.producers.basic.IntProducer", &["videoflow.producers.IntProducer"], Producer, &[opt("start_value", Int), opt("end_value", Int), opt("wait_time_in_seconds", Number), opt("fps", Number)]),
     // 1.0.4 keeps `VideofileReader = VideoFileReader` for old code; its package re-exports only the old name.
-    class("videoflow.producers.video.VideoFileReader", &["videoflow.producers.video.VideofileReader", "videoflow.producers.VideofileReader"], Producer, &[req("video_file", Str), opt("swap_channels", Bool), opt("nb_frames", Int), opt("timestamp_source", Str)]),
+    class("videoflow.producers.video.VideoFileReader", &["videoflow.producers.video.VideofileReader", "videoflow.producers.VideofileReader"], Producer, &[req("video_file", Str), opt("swap_channels", Bool), opt("nb_frames", Int), opt("timestamp_source", Str), opt("decoder_threads", Int)]),
+    class("videoflow.producers.video.VideoUrlReader", &[], Producer, &[req("url", Str), opt("swap_channels", Bool), opt("nb_frames", Int), opt("nb_retries", Int), opt("timestamp_source", Str), opt("rtsp_transport", Str), opt("stall_timeout_s", Number), opt("decoder_threads", Int)]),
+    class("videoflow.producers.video.VideoDeviceReader", &[], Producer, &[opt("device_id", Any), opt("swap_channels", Bool), opt("nb_frames", Int), opt("nb_retries", Int), opt("timestamp_source", Str), opt("stall_timeout_s", Number), opt("decoder_threads", Int)]),
     class("videoflow.producers.video.ImageProducer", &[], Producer, &[req("image_path", Str)]),
     class("videoflow.producers.video.ImageFolderReader", &[], Producer, &[req("folder_path", Str)]),
     class("videoflow.rs.producers.SyntheticFrameProducer", &[], Producer, &[opt("width", Int), opt("height", Int), opt("channels", Int), opt("count", Int), opt("fps", Number)]),

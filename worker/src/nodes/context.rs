@@ -6,6 +6,7 @@
 //! messenger consumes them.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use videoflow_core::value::Value;
 
@@ -65,6 +66,42 @@ pub struct NodeContext {
     pub input_info: Vec<(String, Option<InputInfo>)>,
     output_partition_key: Option<Value>,
     output_event_ts: Option<f64>,
+    /// Whether the runtime wants the node to stop (a control stop, SIGTERM, SIGINT).
+    pub halt: Halt,
+}
+
+/// The runtime's "stop now" question, for a node that waits inside one call (a live
+/// source reconnecting): it ends the wait and returns instead of holding the loop.
+/// Equal to every other `Halt`, so it does not count in a context's comparison.
+#[derive(Clone, Default)]
+pub struct Halt(Option<Arc<dyn Fn() -> bool + Send + Sync>>);
+
+impl Halt {
+    /// A halt that asks `requested`.
+    pub fn new(requested: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        Halt(Some(Arc::new(requested)))
+    }
+
+    /// Whether the runtime asked the node to stop (never, for a context built by hand).
+    pub fn requested(&self) -> bool {
+        self.0.as_ref().is_some_and(|f| f())
+    }
+}
+
+impl PartialEq for Halt {
+    fn eq(&self, _other: &Halt) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for Halt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Halt(runtime)"
+        } else {
+            "Halt(never)"
+        })
+    }
 }
 
 impl NodeContext {

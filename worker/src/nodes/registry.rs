@@ -232,6 +232,20 @@ const CLASSES: &[Class] = &[
         build: |p, f| FileAppenderConsumer::from_params(p).map(|c| consumer(c, f)),
     },
     Class {
+        canonical: "videoflow.producers.video.VideoUrlReader",
+        build: |p, _| {
+            video::url_reader(p, "videoflow.producers.video.VideoUrlReader")
+                .map(BuiltNode::Producer)
+        },
+    },
+    Class {
+        canonical: "videoflow.producers.video.VideoDeviceReader",
+        build: |p, _| {
+            video::device_reader(p, "videoflow.producers.video.VideoDeviceReader")
+                .map(BuiltNode::Producer)
+        },
+    },
+    Class {
         canonical: "videoflow.consumers.video.VideofileWriter",
         build: |p, f| {
             video::reference_writer(p, "videoflow.consumers.video.VideofileWriter")

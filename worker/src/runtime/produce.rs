@@ -33,6 +33,12 @@ pub(crate) async fn run(
     out: &mut Output,
     signals: &Signals,
 ) -> Result<ProducerEnd, VfError> {
+    // A node that waits inside a call (a live source reconnecting) gives up the wait once
+    // the loop would stop anyway.
+    let halting = signals.clone();
+    ctx.halt = crate::nodes::context::Halt::new(move || {
+        halting.stop.is_set() || halting.quiesce.is_set() || halting.interrupt.is_set()
+    });
     let opened = tokio::task::block_in_place(|| node.open(ctx));
     if let Err(e) = opened {
         let e = wrap_node_error(e, cfg, None);

@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod rtsp;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};

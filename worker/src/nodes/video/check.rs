@@ -77,7 +77,7 @@ fn wait_for(
 
 /// One complete read: the report and the frames for the sheet.
 fn read(path: &str, color: [u8; 3]) -> Result<(VideoReport, Vec<Vec<u8>>), String> {
-    let mut decoding = Decoding::start(path, false).map_err(|f| format!("{f:?}"))?;
+    let mut decoding = Decoding::start(path, false, 0).map_err(|f| format!("{f:?}"))?;
     let mut frames = Vec::new();
     let mut report = VideoReport {
         frames: 0,

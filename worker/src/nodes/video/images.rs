@@ -35,6 +35,7 @@ fn failure_text(failure: &OpenFailure) -> String {
         OpenFailure::UnsupportedCodec(c) => format!("is coded with {c}, which has no decoder here"),
         OpenFailure::DecoderFailed(c, e) => format!("was refused by the {c} decoder ({e})"),
         OpenFailure::Thread(e) => format!("could not be decoded: {e}"),
+        OpenFailure::Unreachable(e) => format!("could not be opened: {e}"),
     }
 }
 
@@ -42,7 +43,7 @@ fn failure_text(failure: &OpenFailure) -> String {
 /// what is wrong with the file.
 fn decode_image(path: &Path) -> Result<Tensor, String> {
     let text = path.to_str().ok_or("has a name that is not UTF-8")?;
-    let mut decoding = Decoding::start(text, true).map_err(|f| failure_text(&f))?;
+    let mut decoding = Decoding::start(text, true, 1).map_err(|f| failure_text(&f))?;
     let frame = decoding.next_frame();
     decoding.stop();
     match frame {

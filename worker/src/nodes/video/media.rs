@@ -16,8 +16,9 @@
 //! the safe bindings do not expose) is delivered as decoded, as OpenCV does.
 
 use std::path::Path;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use ffmpeg::codec::decoder::Check;
 use ffmpeg::codec::{self, threading};
@@ -69,6 +70,8 @@ pub(crate) enum OpenFailure {
     DecoderFailed(String, String),
     /// The decoding thread could not be started, or died (the OS's or the panic's text).
     Thread(String),
+    /// A live source could not be opened (FFmpeg's reason: refused, not found, timed out).
+    Unreachable(String),
 }
 
 /// Where reading stopped on damage, after the frames before it were delivered.
@@ -78,6 +81,32 @@ pub(crate) struct Damage {
     pub byte_offset: Option<i64>,
     /// What FFmpeg (or the check that caught it) said.
     pub reason: String,
+}
+
+/// What a [`Decoding`] reads: a local file, or a live source (a URL or a capture device).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Source {
+    /// A local file (its path, and the decoder's thread count: 0 lets FFmpeg pick), read
+    /// to its end; damage ends it with an error.
+    File(String, usize),
+    /// A stream that is watched for stalls and joined at its first keyframe.
+    Live(LiveSource),
+}
+
+/// A live source as FFmpeg opens it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LiveSource {
+    /// What FFmpeg opens: a URL (`rtsp://…`, `http://…`) or a device path (`/dev/video0`).
+    pub target: String,
+    /// The input format to force (`v4l2` for a device); `None` lets FFmpeg probe.
+    pub format: Option<&'static str>,
+    /// Demuxer/protocol options (`rtsp_transport`, …).
+    pub options: Vec<(&'static str, String)>,
+    /// The longest wait for the source to open, or for the next packet once open, before
+    /// it counts as stalled.
+    pub stall_timeout: Duration,
+    /// The decoder's thread count (0 lets FFmpeg pick).
+    pub threads: usize,
 }
 
 /// The decoder's state: reading packets, draining after the last one, or finished.
@@ -105,24 +134,74 @@ pub(crate) struct Decoding {
     frames: Receiver<Message>,
     thread: Option<JoinHandle<()>>,
     codec: String,
+    /// A live source's bound on each wait for the decoding thread (open, next frame).
+    stall_timeout: Option<Duration>,
 }
+
+/// How often a wait on a live source looks at the node's halt request.
+const HALT_POLL: Duration = Duration::from_millis(50);
 
 impl Decoding {
     /// Opens `path` on a new decoding thread; frames come out BGR, or RGB with
     /// `swap_channels`.
-    pub(crate) fn start(path: &str, swap_channels: bool) -> Result<Decoding, OpenFailure> {
+    /// `threads` decoder threads (0: FFmpeg's automatic count).
+    pub(crate) fn start(
+        path: &str,
+        swap_channels: bool,
+        threads: usize,
+    ) -> Result<Decoding, OpenFailure> {
+        Decoding::start_source(
+            Source::File(path.to_owned(), threads),
+            swap_channels,
+            &|| false,
+        )
+    }
+
+    /// Opens `source` on a new decoding thread. A live source's open is given up (as
+    /// [`OpenFailure::Unreachable`]) after its stall timeout, or once `halted` says the
+    /// node is stopping; the thread is then left to end on its own (FFmpeg's socket timeout
+    /// bounds it), see [`Decoding::abandon`].
+    pub(crate) fn start_source(
+        source: Source,
+        swap_channels: bool,
+        halted: &dyn Fn() -> bool,
+    ) -> Result<Decoding, OpenFailure> {
         let (opened_tx, opened_rx) = sync_channel::<Result<String, OpenFailure>>(1);
         let (frames_tx, frames) = sync_channel(FRAMES_AHEAD);
-        let path = path.to_owned();
+        let stall_timeout = match &source {
+            Source::File(..) => None,
+            Source::Live(live) => Some(live.stall_timeout),
+        };
         let thread = std::thread::Builder::new()
             .name("vf-video-decode".to_owned())
-            .spawn(move || decode(&path, swap_channels, &opened_tx, &frames_tx))
+            .spawn(move || decode(&source, swap_channels, &opened_tx, &frames_tx))
             .map_err(|e| OpenFailure::Thread(e.to_string()))?;
-        let opened = opened_rx.recv();
         let mut decoding = Decoding {
             frames,
             thread: Some(thread),
             codec: String::new(),
+            stall_timeout,
+        };
+        let started = Instant::now();
+        let opened = loop {
+            let Some(bound) = stall_timeout else {
+                break opened_rx.recv().map_err(|_| ());
+            };
+            match opened_rx.recv_timeout(HALT_POLL) {
+                Ok(result) => break Ok(result),
+                Err(RecvTimeoutError::Disconnected) => break Err(()),
+                Err(RecvTimeoutError::Timeout) => {
+                    let why = if halted() {
+                        "the node is stopping".to_owned()
+                    } else if started.elapsed() >= bound {
+                        stalled(bound)
+                    } else {
+                        continue;
+                    };
+                    drop(decoding.abandon());
+                    return Err(OpenFailure::Unreachable(why));
+                }
+            }
         };
         match opened {
             Ok(Ok(codec)) => {
@@ -133,8 +212,52 @@ impl Decoding {
                 decoding.join();
                 Err(failure)
             }
-            Err(_) => Err(OpenFailure::Thread(decoding.join())),
+            Err(()) => Err(OpenFailure::Thread(decoding.join())),
         }
+    }
+
+    /// As [`Decoding::next_frame`] for a live source: a wait ends early with `Ok(None)`
+    /// once `halted` says the node is stopping, and with a stall (as damage) when no frame
+    /// came within the stall timeout.
+    pub(crate) fn next_frame_unless(
+        &mut self,
+        halted: &dyn Fn() -> bool,
+    ) -> Result<Option<DecodedFrame>, Damage> {
+        let started = Instant::now();
+        loop {
+            match self.frames.recv_timeout(HALT_POLL) {
+                Ok(Message::Frame(frame)) => return Ok(Some(frame)),
+                Ok(Message::End) => return Ok(None),
+                Ok(Message::Damaged(damage)) => return Err(damage),
+                Err(RecvTimeoutError::Timeout) => {
+                    if halted() {
+                        return Ok(None);
+                    }
+                    if let Some(bound) = self.stall_timeout.filter(|b| started.elapsed() >= *b) {
+                        return Err(Damage {
+                            byte_offset: None,
+                            reason: stalled(bound),
+                        });
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    let reason = self.join();
+                    return Err(Damage {
+                        byte_offset: None,
+                        reason: format!("the decoding thread stopped: {reason}"),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Hangs up without waiting: the thread ends at its next frame, or when FFmpeg's
+    /// blocked read returns (a live source's socket timeout bounds that); its handle is
+    /// returned so the caller can bound how many such threads linger.
+    pub(crate) fn abandon(mut self) -> Option<JoinHandle<()>> {
+        let (_, dead) = sync_channel(0);
+        drop(std::mem::replace(&mut self.frames, dead));
+        self.thread.take()
     }
 
     /// The codec's FFmpeg name (`h264`, `hevc`, …).
@@ -186,12 +309,16 @@ impl Decoding {
 /// The decoding thread: open, report, then frames until the end, damage, or the node
 /// hanging up.
 fn decode(
-    path: &str,
+    source: &Source,
     swap_channels: bool,
     opened: &SyncSender<Result<String, OpenFailure>>,
     frames: &SyncSender<Message>,
 ) {
-    let mut media = match MediaFile::open(path) {
+    let opening = match source {
+        Source::File(path, threads) => MediaFile::open(path, *threads),
+        Source::Live(live) => MediaFile::open_live(live),
+    };
+    let mut media = match opening {
         Ok(media) => media,
         Err(failure) => {
             let _ = opened.send(Err(failure));
@@ -231,6 +358,11 @@ struct MediaFile {
     next_pts: Option<i64>,
     /// Frames returned so far.
     delivered: u64,
+    /// A live source: packets are skipped until a keyframe (at the start, and after a
+    /// packet the decoder refused), decoding errors are concealed as OpenCV does instead of
+    /// ending the stream.
+    live: bool,
+    waiting_for_key: bool,
 }
 
 /// Codecs named in the error for a file this build cannot decode: the common ones it can.
@@ -277,7 +409,7 @@ pub(crate) fn libavcodec_version() -> String {
 
 impl MediaFile {
     /// Opens `path` (a local file, never a URL) and its first video stream's decoder.
-    fn open(path: &str) -> Result<MediaFile, OpenFailure> {
+    fn open(path: &str, threads: usize) -> Result<MediaFile, OpenFailure> {
         init();
         if path.contains('\0') {
             return Err(OpenFailure::BadPath);
@@ -294,6 +426,15 @@ impl MediaFile {
         let url = format!("file:{path}");
         let input =
             ffmpeg::format::input(&url).map_err(|e| OpenFailure::NotMedia(e.to_string()))?;
+        MediaFile::with_input(input, false, threads)
+    }
+
+    /// The first video stream of an opened input and its decoder.
+    fn with_input(
+        input: ffmpeg::format::context::Input,
+        live: bool,
+        threads: usize,
+    ) -> Result<MediaFile, OpenFailure> {
         // The first video stream, as OpenCV picks it (not FFmpeg's "best" one).
         let stream = input
             .streams()
@@ -309,16 +450,20 @@ impl MediaFile {
         };
         let mut context = codec::context::Context::from_parameters(parameters)
             .map_err(|e| OpenFailure::DecoderFailed(found.name().to_owned(), e.to_string()))?;
-        // Frame threads, as many as FFmpeg picks for the machine (OpenCV also uses one per
-        // core); the decoded pictures do not depend on it.
+        // Frame threads: as many as asked, or as FFmpeg picks for the machine when 0 (OpenCV
+        // also uses one per core); the decoded pictures do not depend on it.
         context.set_threading(threading::Config {
             kind: threading::Type::Frame,
+            count: threads,
             ..threading::Config::default()
         });
         let mut decoder = context.decoder();
-        // A bitstream error fails the packet instead of being concealed, so damage is
-        // reported rather than delivered as a smeared picture.
-        decoder.check(Check::EXPLODE);
+        // A file: a bitstream error fails the packet instead of being concealed, so damage
+        // is reported rather than delivered as a smeared picture. A live source conceals
+        // (as OpenCV does): a lost packet must not end the stream.
+        if !live {
+            decoder.check(Check::EXPLODE);
+        }
         let decoder = decoder
             .open_as(found)
             .and_then(|opened| opened.video())
@@ -336,7 +481,46 @@ impl MediaFile {
             damage: None,
             next_pts: None,
             delivered: 0,
+            live,
+            waiting_for_key: live,
         })
+    }
+
+    /// Opens a live source through FFmpeg's own URL or device handling, with
+    /// `live.options`.
+    fn open_live(live: &LiveSource) -> Result<MediaFile, OpenFailure> {
+        init();
+        if live.target.contains('\0') {
+            return Err(OpenFailure::BadPath);
+        }
+        let mut options = ffmpeg::Dictionary::new();
+        for (key, value) in &live.options {
+            options.set(key, value);
+        }
+        let input = match live.format {
+            None => ffmpeg::format::input_with_dictionary(&live.target, options),
+            Some(name) => {
+                let Some(format) = ffmpeg::device::input::video().find(|f| f.name() == name) else {
+                    return Err(OpenFailure::NotMedia(format!(
+                        "this FFmpeg has no {name} input device"
+                    )));
+                };
+                match ffmpeg::format::open_with(&live.target, &format, options) {
+                    Ok(ffmpeg::format::context::Context::Input(input)) => Ok(input),
+                    Ok(ffmpeg::format::context::Context::Output(_)) => {
+                        return Err(OpenFailure::NotMedia(format!("{name} opened for output")));
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        let input = input.map_err(|e| match e {
+            ffmpeg::Error::ProtocolNotFound => OpenFailure::NotMedia(format!(
+                "{e} (FFmpeg reads rtsp://, rtmp://, http(s)://, udp://, tcp://, file: …)"
+            )),
+            e => OpenFailure::Unreachable(e.to_string()),
+        })?;
+        MediaFile::with_input(input, true, live.threads)
     }
 
     /// The codec's FFmpeg name (`h264`, `hevc`, …).
@@ -393,6 +577,15 @@ impl MediaFile {
                 Err(ffmpeg::Error::Other { errno }) if errno == ffmpeg::util::error::EAGAIN => {
                     continue;
                 }
+                Err(e) if self.live => {
+                    // No draining: the frames the decoder holds are dropped with the
+                    // connection, and the node opens a new one.
+                    self.phase = Phase::Finished;
+                    return Err(Damage {
+                        byte_offset: None,
+                        reason: format!("reading the stream failed: {e}"),
+                    });
+                }
                 Err(e) => {
                     self.damaged(None, format!("reading the file failed: {e}"));
                     return Ok(());
@@ -400,6 +593,28 @@ impl MediaFile {
             }
             if packet.stream() != self.stream_index {
                 continue;
+            }
+            if self.live {
+                // Start (and restart after a refused packet) at a keyframe: what comes
+                // before it refers to pictures this connection never saw.
+                if self.waiting_for_key && !packet.is_key() {
+                    continue;
+                }
+                if packet.is_corrupt() {
+                    self.waiting_for_key = true;
+                    continue;
+                }
+                self.waiting_for_key = false;
+                match self.decoder.send_packet(&packet) {
+                    Ok(()) => return Ok(()),
+                    Err(e) => {
+                        tracing::debug!(
+                            "live stream: the decoder refused a packet ({e}); waiting for the next keyframe"
+                        );
+                        self.waiting_for_key = true;
+                        continue;
+                    }
+                }
             }
             let offset = Some(packet.position() as i64).filter(|p| *p >= 0);
             if packet.is_corrupt() {
@@ -468,7 +683,7 @@ impl MediaFile {
                 }));
             }
         }
-        if self.decoded.is_corrupt() {
+        if self.decoded.is_corrupt() && !self.live {
             let reason = "the decoder marked a frame corrupt".to_owned();
             self.phase = Phase::Finished;
             return Err(self.damage.take().unwrap_or(Damage {
@@ -561,6 +776,11 @@ impl MediaFile {
             position_ms: 0.0,
         })
     }
+}
+
+/// The reason a live source that went quiet for `bound` is given up.
+fn stalled(bound: Duration) -> String {
+    format!("no data for {:.1} s (stalled)", bound.as_secs_f64())
 }
 
 /// The FFmpeg name of a codec id (`h264`), or its debug form when FFmpeg has none.

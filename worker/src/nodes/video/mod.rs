@@ -9,6 +9,8 @@
 //!   FFmpeg's image decoders, RGB as `cv2.imread(...)[..., ::-1]`.
 //! - [`check`] — what a sample's self-check reads back from a written video: frames, size,
 //!   frames showing the box colour, and a PNG contact sheet.
+//! - [`live`] — `VideoUrlReader` and `VideoDeviceReader`: a live URL or V4L2 device over
+//!   [`media`], reopened with backoff when it fails, ends or stalls.
 //! - [`encode`] — frames to a file through FFmpeg's encoders and muxers, on its own thread.
 //! - [`writer`] — 1.0.4's `VideofileWriter` (`.avi`, Motion JPEG) and our H.264
 //!   `VideoFileWriter` (MP4/MKV/MOV), over [`encode`].
@@ -24,6 +26,7 @@ pub mod check;
 mod encode;
 #[cfg(feature = "video")]
 pub mod images;
+pub mod live;
 #[cfg(feature = "video")]
 mod media;
 #[cfg(feature = "video")]
@@ -43,6 +46,24 @@ pub(crate) fn file_reader(
     class: &'static str,
 ) -> Result<Box<dyn Producer>, VfError> {
     reader::VideoFileReader::from_params(p, class).map(|r| Box::new(r) as Box<dyn Producer>)
+}
+
+/// `VideoUrlReader` from its params.
+#[cfg(feature = "video")]
+pub(crate) fn url_reader(
+    p: &mut Params<'_>,
+    class: &'static str,
+) -> Result<Box<dyn Producer>, VfError> {
+    live::url_reader(p, class).map(|r| Box::new(r) as Box<dyn Producer>)
+}
+
+/// `VideoDeviceReader` from its params.
+#[cfg(feature = "video")]
+pub(crate) fn device_reader(
+    p: &mut Params<'_>,
+    class: &'static str,
+) -> Result<Box<dyn Producer>, VfError> {
+    live::device_reader(p, class).map(|r| Box::new(r) as Box<dyn Producer>)
 }
 
 /// 1.0.4's `VideofileWriter` from its params.
@@ -114,6 +135,24 @@ pub(crate) fn h264_writer(
     _p: &mut Params<'_>,
     class: &'static str,
 ) -> Result<Box<dyn Consumer>, VfError> {
+    Err(without_video(class))
+}
+
+/// Without the `video` feature: refused (see [`without_video`]).
+#[cfg(not(feature = "video"))]
+pub(crate) fn url_reader(
+    _p: &mut Params<'_>,
+    class: &'static str,
+) -> Result<Box<dyn Producer>, VfError> {
+    Err(without_video(class))
+}
+
+/// Without the `video` feature: refused (see [`without_video`]).
+#[cfg(not(feature = "video"))]
+pub(crate) fn device_reader(
+    _p: &mut Params<'_>,
+    class: &'static str,
+) -> Result<Box<dyn Producer>, VfError> {
     Err(without_video(class))
 }
 

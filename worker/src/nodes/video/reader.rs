@@ -34,6 +34,7 @@ pub struct VideoFileReader {
     swap_channels: bool,
     nb_frames: i64,
     timestamp_source: TimestampSource,
+    decoder_threads: usize,
     frame_count: i64,
     media: Option<Decoding>,
     ended: bool,
@@ -52,38 +53,63 @@ impl std::fmt::Debug for VideoFileReader {
     }
 }
 
+/// `timestamp_source` from the params (`default` when absent), refused as 1.0.4's
+/// constructor refuses it.
+pub(crate) fn timestamp_source(
+    p: &mut Params<'_>,
+    class: &'static str,
+    default: &str,
+) -> Result<TimestampSource, VfError> {
+    let source = p.string("timestamp_source", default)?;
+    match source.as_str() {
+        "clock" => Ok(TimestampSource::Clock),
+        "position" => Ok(TimestampSource::Position),
+        // 1.0.4 raises ValueError in the constructor with this text.
+        other => Err(VfError::new(
+            ErrorCode::Config,
+            format!(
+                "timestamp_source must be one of ('clock', 'position'), got {}",
+                py_repr_str(other)
+            ),
+        )
+        .with_remedy("Set timestamp_source to 'clock' or 'position'.")
+        .with_context("variable", "VF_NODE_PARAMS_JSON")
+        .with_context("class", class)
+        .with_context("param", "timestamp_source")),
+    }
+}
+
+/// `decoder_threads` (ours): the decoder's thread count, `0` (the default) for FFmpeg's
+/// automatic one (a thread per core of the machine, which in a pod with a CPU limit is more
+/// than it may use).
+pub(crate) fn decoder_threads(p: &mut Params<'_>) -> Result<usize, VfError> {
+    let n = p.int("decoder_threads", 0)?;
+    match usize::try_from(n) {
+        Ok(n) if n <= 64 => Ok(n),
+        _ => Err(p.bad(
+            "decoder_threads",
+            "a thread count from 0 (automatic) to 64",
+            &serde_json::Value::from(n),
+        )),
+    }
+}
+
 impl VideoFileReader {
     /// 1.0.4's constructor: `video_file` (required), `swap_channels=False`, `nb_frames=-1`,
-    /// `timestamp_source='position'`.
+    /// `timestamp_source='position'`; ours: `decoder_threads` (0: automatic).
     pub(crate) fn from_params(p: &mut Params<'_>, class: &'static str) -> Result<Self, VfError> {
         let video_file = p.required_string("video_file")?;
         let swap_channels = p.bool("swap_channels", false)?;
         let nb_frames = p.int("nb_frames", -1)?;
-        let source = p.string("timestamp_source", "position")?;
-        let timestamp_source = match source.as_str() {
-            "clock" => TimestampSource::Clock,
-            "position" => TimestampSource::Position,
-            // 1.0.4 raises ValueError in the constructor with this text.
-            other => {
-                return Err(VfError::new(
-                    ErrorCode::Config,
-                    format!(
-                        "timestamp_source must be one of ('clock', 'position'), got {}",
-                        py_repr_str(other)
-                    ),
-                )
-                .with_remedy("Set timestamp_source to 'clock' or 'position'.")
-                .with_context("variable", "VF_NODE_PARAMS_JSON")
-                .with_context("class", class)
-                .with_context("param", "timestamp_source"));
-            }
-        };
+        let timestamp_source = timestamp_source(p, class, "position")?;
+        let decoder_threads = decoder_threads(p)?;
         Ok(VideoFileReader {
             class,
             video_file,
             swap_channels,
             nb_frames,
             timestamp_source,
+            decoder_threads,
             frame_count: 0,
             media: None,
             ended: false,
@@ -112,7 +138,7 @@ impl VideoFileReader {
                 format!("video_file {file} cannot be read: {e}"),
                 "Make the file readable by the worker's user.".to_owned(),
             ),
-            OpenFailure::NotMedia(e) => (
+            OpenFailure::NotMedia(e) | OpenFailure::Unreachable(e) => (
                 format!(
                     "video_file {file} is not a video file this worker can read (FFmpeg: {e}); \
                      a file whose header is damaged or missing (e.g. an MP4 cut short before \
@@ -204,7 +230,7 @@ impl VideoFileReader {
 impl Producer for VideoFileReader {
     fn open(&mut self, _ctx: &mut NodeContext) -> Result<(), VfError> {
         if self.media.is_none() && !self.ended {
-            let media = Decoding::start(&self.video_file, self.swap_channels)
+            let media = Decoding::start(&self.video_file, self.swap_channels, self.decoder_threads)
                 .map_err(|f| self.open_error(f))?;
             tracing::debug!(
                 "{}: opened {} ({})",
