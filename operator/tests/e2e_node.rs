@@ -280,9 +280,17 @@ struct Node {
     nats: NatsServer,
     host_ip: String,
     plane: ControlPlane,
+    // Held until the cluster is gone: one real node at a time (two at once on two busy cores
+    // pushed a REALTIME sample's readiness past the deadline).
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
 
+static ONE_NODE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn node() -> Node {
+    let guard = ONE_NODE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let (worker, operator) = archives();
     let plane = ControlPlane::start_with(ControlPlaneOptions { real_node: true })
         .unwrap_or_else(|e| panic!("{e}"));
@@ -296,6 +304,7 @@ fn node() -> Node {
         nats,
         host_ip,
         plane,
+        _one_at_a_time: guard,
     }
 }
 
@@ -460,17 +469,14 @@ fn run_readme_command(n: &Node, command: &str) {
 }
 
 #[test]
-fn the_chart_installs_the_operator_from_its_image_and_a_sample_completes_in_real_containers() {
+fn the_chart_installs_the_operator_from_its_image_and_a_batch_sample_completes_in_real_containers()
+{
     let n = node();
     for command in readme_install_commands(&n.nats_url()) {
         run_readme_command(&n, &command);
     }
     let ns = "e2e-node";
     kubectl(n.kc(), &["create", "namespace", ns], None).unwrap_or_else(|e| panic!("{e}"));
-    let sample =
-        std::fs::read_to_string(repo().join("config/samples/toy-calculator.yaml")).expect("sample");
-    kubectl(n.kc(), &["-n", ns, "apply", "-f", "-"], Some(&sample))
-        .unwrap_or_else(|e| panic!("{e}"));
     let operator_logs = || {
         kubectl(
             n.kc(),
@@ -486,25 +492,37 @@ fn the_chart_installs_the_operator_from_its_image_and_a_sample_completes_in_real
         )
         .unwrap_or_else(|e| e)
     };
-    wait_for("toy-calculator Complete in real containers", || {
-        let flow = get_json(n.kc(), &["-n", ns, "get", "flow", "toy-calculator"])?;
-        let complete = flow["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|c| c["type"] == "Complete" && c["status"] == "True");
-        if complete {
-            Ok(Some(()))
-        } else {
-            let pods = kubectl(n.kc(), &["-n", ns, "get", "pods", "-o", "wide"], None)?;
-            Err(format!(
-                "{}\n{pods}\noperator:\n{}",
-                flow["status"],
-                operator_logs()
-            ))
-        }
-    });
-    // Every pod ran on the real node.
+    // The BATCH sample completes. The REALTIME toy-fusion is not here yet: its finite
+    // producers end, its `check` Deployment then exits 0 and is restarted into
+    // CrashLoopBackOff (Degraded) — a defect real pods show and kwok cannot (docs/TESTING.md).
+    let samples = [("toy-calculator", "Complete")];
+    for (sample, _) in samples {
+        let text = std::fs::read_to_string(repo().join(format!("config/samples/{sample}.yaml")))
+            .expect("sample");
+        kubectl(n.kc(), &["-n", ns, "apply", "-f", "-"], Some(&text))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    for (sample, condition) in samples {
+        wait_for(&format!("{sample} {condition} in real containers"), || {
+            let flow = get_json(n.kc(), &["-n", ns, "get", "flow", sample])?;
+            let reached = flow["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == condition && c["status"] == "True");
+            if reached {
+                Ok(Some(()))
+            } else {
+                let pods = kubectl(n.kc(), &["-n", ns, "get", "pods", "-o", "wide"], None)?;
+                Err(format!(
+                    "{}\n{pods}\noperator:\n{}",
+                    flow["status"],
+                    operator_logs()
+                ))
+            }
+        });
+    }
+    // Every pod ran on the real node, and no worker was restarted by a probe.
     let pods = get_json(n.kc(), &["-n", ns, "get", "pods"]).unwrap_or_else(|e| panic!("{e}"));
     let items = pods["items"].as_array().cloned().unwrap_or_default();
     assert!(!items.is_empty());
@@ -514,21 +532,23 @@ fn the_chart_installs_the_operator_from_its_image_and_a_sample_completes_in_real
             "{}",
             p["metadata"]["name"]
         );
+        for c in p["status"]["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            assert_eq!(c["restartCount"], 0, "{}: {c}", p["metadata"]["name"]);
+        }
     }
-    kubectl(
-        n.kc(),
-        &[
-            "-n",
-            ns,
-            "delete",
-            "flow",
-            "toy-calculator",
-            "--timeout=170s",
-        ],
-        None,
-    )
-    .unwrap_or_else(|e| panic!("{e}\noperator:\n{}", operator_logs()));
-    wait_for("the run's pods and Jobs gone", || {
+    for (sample, _) in samples {
+        kubectl(
+            n.kc(),
+            &["-n", ns, "delete", "flow", sample, "--timeout=170s"],
+            None,
+        )
+        .unwrap_or_else(|e| panic!("{e}\noperator:\n{}", operator_logs()));
+    }
+    wait_for("the runs' pods and Jobs gone", || {
         let left = kubectl(
             n.kc(),
             &[
