@@ -824,7 +824,7 @@ fn chart_3_operator_pod_is_restricted_and_two_replicas_elect_a_leader() {
 
 #[test]
 fn image_1_dockerfiles_are_non_root_and_fit_the_renderer() {
-    use videoflow_operator::render::pod::WORKER_BINARY;
+    use videoflow_operator::render::pod::{STATIC_WORKER_BINARY, WORKER_BINARY};
     let read = |name: &str| {
         std::fs::read_to_string(repo_root().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
     };
@@ -840,23 +840,39 @@ fn image_1_dockerfiles_are_non_root_and_fit_the_renderer() {
             runtime.contains(&"USER 65532:65532"),
             "{name}: the runtime stage runs as 65532 (the chart's runAsUser)"
         );
+        // The base is a build argument whose default is the public distroless image.
+        assert_eq!(runtime[0], "FROM ${RUNTIME_IMAGE}", "{name}");
+        let default = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("ARG RUNTIME_IMAGE="))
+            .unwrap_or_else(|| panic!("{name}: ARG RUNTIME_IMAGE=<default>"));
         assert!(
-            runtime[0].contains("distroless") && runtime[0].contains(":nonroot"),
-            "{name}: a distroless nonroot base: {}",
-            runtime[0]
+            default.contains("distroless") && default.ends_with(":nonroot"),
+            "{name}: a distroless nonroot base: {default}"
         );
     }
     let worker = read("Dockerfile.worker");
     assert!(
-        worker.contains(&format!("/out/videoflow-worker {WORKER_BINARY}\n")),
+        worker.contains(&format!(
+            "COPY --from=binaries /out/videoflow-worker {WORKER_BINARY}\n"
+        )),
         "Dockerfile.worker installs the worker at {WORKER_BINARY}"
+    );
+    assert!(
+        worker.contains(&format!(
+            "COPY --from=binaries /out/videoflow-worker-static {STATIC_WORKER_BINARY}\n"
+        )),
+        "Dockerfile.worker installs the static worker the init container copies at {STATIC_WORKER_BINARY}"
+    );
+    assert!(
+        worker.contains("--no-default-features \\\n && install -D -m 0755 target/dist/videoflow-worker /out/videoflow-worker-static"),
+        "the copied worker is built without the video feature (it runs in any image)"
     );
     assert!(
         worker.contains("COPY --from=busybox /bin/busybox /bin/cp\n"),
         "the exec init container runs `cp`: the worker image carries one"
     );
-    assert!(
-        read("Dockerfile.operator")
-            .contains("/out/videoflow-operator /usr/local/bin/videoflow-operator\n")
-    );
+    assert!(read("Dockerfile.operator").contains(
+        "COPY --from=binaries /out/videoflow-operator /usr/local/bin/videoflow-operator\n"
+    ));
 }

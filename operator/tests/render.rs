@@ -769,7 +769,7 @@ fn exec_components_run_the_copied_worker_in_the_users_image() {
         cp,
         [
             "cp",
-            "/usr/local/bin/videoflow-worker",
+            "/usr/local/lib/videoflow/videoflow-worker-static",
             "/videoflow/bin/videoflow-worker"
         ]
     );

@@ -26,6 +26,24 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// The variable naming an existing cluster's kubeconfig; when set, nothing is started.
 pub const EXISTING_KUBECONFIG_VAR: &str = "VF_E2E_KUBECONFIG";
 
+/// What to start beside the control plane and kwok's fake node.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Options {
+    /// A real node (`scripts/testenv-node`): the pinned kubelet with Debian's containerd,
+    /// runc and CNI plugins in private namespaces, registered as `vf-node-0`.
+    pub real_node: bool,
+}
+
+/// The real node of a control plane started with [`Options::real_node`].
+#[derive(Debug, Clone)]
+pub struct RealNode {
+    /// The node's name (`vf-node-0`).
+    pub name: String,
+    /// The host's end of the node's link: where pods reach a server of the test, which must
+    /// listen on this address (or all addresses) to be reachable.
+    pub host_ip: String,
+}
+
 /// A running control plane (or an existing cluster), stopped on drop when this process
 /// started it.
 #[derive(Debug)]
@@ -34,6 +52,7 @@ pub struct ControlPlane {
     dir: Option<PathBuf>,
     kubeconfig: PathBuf,
     audit_log: Option<PathBuf>,
+    real_node: Option<RealNode>,
 }
 
 impl ControlPlane {
@@ -46,6 +65,7 @@ impl ControlPlane {
                 dir: None,
                 kubeconfig: PathBuf::from(path),
                 audit_log: None,
+                real_node: None,
             }),
             _ => Self::start(),
         }
@@ -55,6 +75,12 @@ impl ControlPlane {
     /// `/readyz`, the controllers and the scheduler are healthy, kwok's node is Ready and the
     /// service-account controller has run.
     pub fn start() -> Result<Self, TestkitError> {
+        Self::start_with(Options::default())
+    }
+
+    /// [`ControlPlane::start`] with what `options` adds; with a real node, ready once that
+    /// node is Ready as well.
+    pub fn start_with(options: Options) -> Result<Self, TestkitError> {
         let script = script();
         if !script.is_file() {
             return Err(TestkitError::Io {
@@ -72,12 +98,17 @@ impl ControlPlane {
         };
         let out = File::create(&log).map_err(io("creating its log"))?;
         let err = out.try_clone().map_err(io("creating its log"))?;
-        let child = Command::new("bash")
+        let mut command = Command::new("bash");
+        command
             .arg(&script)
             .arg("run")
             .arg(&dir)
             .arg("--owner-pid")
-            .arg(std::process::id().to_string())
+            .arg(std::process::id().to_string());
+        if options.real_node {
+            command.arg("--real-node");
+        }
+        let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
@@ -90,11 +121,14 @@ impl ControlPlane {
             dir: Some(parent),
             kubeconfig: dir.join("kubeconfig"),
             audit_log: Some(dir.join("audit.log")),
+            real_node: None,
         };
         let env = dir.join("env");
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if env.is_file() {
+                let vars = std::fs::read_to_string(&env).map_err(io("reading its env file"))?;
+                plane.real_node = real_node_of(&vars);
                 return Ok(plane);
             }
             let exited = plane
@@ -111,6 +145,44 @@ impl ControlPlane {
                 });
             }
             std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The real node, when [`Options::real_node`] started one.
+    pub fn real_node(&self) -> Option<&RealNode> {
+        self.real_node.as_ref()
+    }
+
+    /// The script's state directory (component logs, `pki/`, the node's `node/`), only for a
+    /// control plane started here.
+    pub fn state_dir(&self) -> Option<PathBuf> {
+        self.dir.as_ref().map(|d| d.join("state"))
+    }
+
+    /// Imports image archives (`docker save` or `scripts/testenv-node image` output) into the
+    /// real node's containerd, as `ctr -n k8s.io images import` does.
+    pub fn load_images(&self, archives: &[&Path]) -> Result<(), TestkitError> {
+        let state = self.state_dir().ok_or_else(|| TestkitError::ControlPlane {
+            why: "images can be loaded only into a real node started here".into(),
+            log: String::new(),
+        })?;
+        let out = Command::new("bash")
+            .arg(script().with_file_name("testenv-node"))
+            .arg("load")
+            .arg(&state)
+            .args(archives)
+            .output()
+            .map_err(|source| TestkitError::Io {
+                what: "scripts/testenv-node load".into(),
+                source,
+            })?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(TestkitError::ControlPlane {
+                why: format!("loading images into the real node ({})", out.status),
+                log: String::from_utf8_lossy(&out.stderr).into_owned(),
+            })
         }
     }
 
@@ -197,6 +269,39 @@ impl Drop for ControlPlane {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// Where `scripts/testenv` keeps the pinned binaries (`kubectl` among them): `VF_TESTENV_BIN`
+/// as `scripts/env.sh` sets it.
+pub fn testenv_bin() -> Result<PathBuf, TestkitError> {
+    let out = Command::new("bash")
+        .args(["-c", ". \"$1\" && printf %s \"$VF_TESTENV_BIN\"", "bash"])
+        .arg(script().with_file_name("env.sh"))
+        .output()
+        .map_err(|source| TestkitError::Io {
+            what: "sourcing scripts/env.sh".into(),
+            source,
+        })?;
+    if !out.status.success() || out.stdout.is_empty() {
+        return Err(TestkitError::ControlPlane {
+            why: "scripts/env.sh gave no VF_TESTENV_BIN".into(),
+            log: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).as_ref()))
+}
+
+/// The real node the env file names (`VF_TESTENV_NODE`, `VF_TESTENV_HOST_IP`), if any.
+fn real_node_of(env: &str) -> Option<RealNode> {
+    let var = |name: &str| {
+        env.lines()
+            .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+            .map(|v| v.trim_matches(['\'', '"']).to_string())
+    };
+    Some(RealNode {
+        name: var("VF_TESTENV_NODE")?,
+        host_ip: var("VF_TESTENV_HOST_IP")?,
+    })
 }
 
 /// `scripts/testenv` of this checkout, or `VF_TESTENV_SCRIPT`.

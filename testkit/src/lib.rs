@@ -12,7 +12,7 @@ pub mod cluster;
 pub mod control_plane;
 
 pub use cluster::NatsCluster;
-pub use control_plane::ControlPlane;
+pub use control_plane::{ControlPlane, Options as ControlPlaneOptions, RealNode};
 pub use videoflow_services::{NatsServer, RedisServer, ServiceError, free_port};
 
 /// Why the test kit could not start what a test asked for.

@@ -23,8 +23,12 @@ use super::error::RenderError;
 use super::settings::{non_empty, parse_value};
 use super::volumes::{TMP_DIR, TMP_VOLUME, WRAPPER_DIR, WRAPPER_VOLUME};
 
-/// Where the worker image keeps the worker binary.
+/// Where the worker image keeps the worker binary (with the video nodes, linked to the
+/// image's FFmpeg libraries).
 pub const WORKER_BINARY: &str = "/usr/local/bin/videoflow-worker";
+/// Where the worker image keeps the static (musl) worker without the video nodes: the one the
+/// exec components' init container copies, since it runs in any user image.
+pub const STATIC_WORKER_BINARY: &str = "/usr/local/lib/videoflow/videoflow-worker-static";
 /// The termination record path (§15.4): the kubelet surfaces it in the container status.
 pub const TERMINATION_LOG: &str = "/dev/termination-log";
 /// Name of the worker container, for status readers and `kubectl logs -c`.
@@ -247,7 +251,11 @@ pub(crate) fn worker_pod_spec(
                 name: "install-worker".to_owned(),
                 image: Some(ctx.image.clone()),
                 image_pull_policy: Some(ctx.pull_policy.clone()),
-                command: Some(vec!["cp".into(), WORKER_BINARY.into(), wrapper.clone()]),
+                command: Some(vec![
+                    "cp".into(),
+                    STATIC_WORKER_BINARY.into(),
+                    wrapper.clone(),
+                ]),
                 security_context: Some(ctx.pod.container_security()),
                 termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
                 volume_mounts: Some(vec![mount(WRAPPER_VOLUME, WRAPPER_DIR, false)]),
