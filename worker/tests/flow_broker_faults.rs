@@ -339,7 +339,7 @@ fn pause_the_broker(extra: &[(&str, &str)]) -> (FlowHarness, Vec<Exit>, Progress
             .resume()
             .unwrap_or_else(|e| panic!("{e}"));
     }
-    let exits = wait_sampling(&mut h, &mut progress, Duration::from_secs(180));
+    let exits = wait_sampling(&mut h, &mut progress, Duration::from_secs(600));
     (h, exits, progress, paused_at)
 }
 
@@ -386,7 +386,7 @@ fn a_short_watchdog_ends_workers_on_a_paused_broker_and_their_restart_loses_noth
     let mut resumed = false;
     let mut ended: Vec<(String, i64, i32, String)> = Vec::new();
     let mut handled = std::collections::BTreeSet::new();
-    let deadline = Instant::now() + Duration::from_secs(300);
+    let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         if !resumed && paused_at.elapsed() >= Duration::from_secs(10) {
             for i in 0..3 {
