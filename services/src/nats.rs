@@ -1,6 +1,6 @@
 //! A real `nats-server` with JetStream.
 
-use std::process::Command;
+use std::ffi::OsString;
 
 use crate::ServiceError;
 use crate::port::free_port;
@@ -33,8 +33,7 @@ impl NatsServer {
             };
             let port = free_port().map_err(io)?;
             let monitor_port = free_port().map_err(io)?;
-            let mut cmd = Command::new(&bin);
-            cmd.args([
+            let mut args: Vec<OsString> = [
                 "-a",
                 "127.0.0.1",
                 "-p",
@@ -43,11 +42,14 @@ impl NatsServer {
                 &monitor_port.to_string(),
                 "-js",
                 "-sd",
-            ])
-            .arg(dir.join("jetstream"))
-            .args(extra);
+            ]
+            .iter()
+            .map(OsString::from)
+            .collect();
+            args.push(dir.join("jetstream").into_os_string());
+            args.extend(extra.iter().map(OsString::from));
             // The server greets every connection with an INFO line.
-            match ServerProcess::spawn("nats-server", cmd, dir, port, |s| {
+            match ServerProcess::spawn("nats-server", &bin, args, dir, port, |s| {
                 request_line(s, b"").is_some_and(|l| l.starts_with("INFO "))
             }) {
                 Ok(process) => {
@@ -84,6 +86,33 @@ impl NatsServer {
     /// The server's private directory (store and log).
     pub fn dir(&self) -> &std::path::Path {
         self.process.dir()
+    }
+
+    /// SIGKILLs the server, keeping its store directory (a broker node lost mid-flow).
+    pub fn kill(&mut self) {
+        self.process.kill();
+    }
+
+    /// Starts the server again on the same ports with the same store directory and
+    /// arguments (a cluster node rejoins its routes), and waits until it greets clients.
+    pub fn restart(&mut self) -> Result<(), ServiceError> {
+        self.process.restart()
+    }
+
+    /// SIGSTOPs the server: it holds its sockets open and answers nothing, as a node under
+    /// a long pause (a stalled VM, a stop-the-world disk) does.
+    pub fn pause(&self) -> Result<(), ServiceError> {
+        self.process.signal("STOP")
+    }
+
+    /// SIGCONTs a server [`NatsServer::pause`]d.
+    pub fn resume(&self) -> Result<(), ServiceError> {
+        self.process.signal("CONT")
+    }
+
+    /// The process id of the running server.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
     }
 
     /// Last lines of the server log.

@@ -1,5 +1,6 @@
 //! A child server process with its own temporary directory, killed and cleaned up on drop.
 
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -29,57 +30,138 @@ pub(crate) fn find_binary(
         .ok_or(ServiceError::MissingBinary { binary, env_var })
 }
 
-/// A running server.
+/// Whether a server answers its protocol on a connected stream.
+pub(crate) type Probe = fn(&mut TcpStream) -> bool;
+
+/// A running server, with what it takes to start it again on the same port and directory
+/// (a restart keeps the store: JetStream's files, Redis's append-only file).
 #[derive(Debug)]
 pub(crate) struct ServerProcess {
+    binary: &'static str,
+    program: PathBuf,
+    args: Vec<OsString>,
+    port: u16,
+    probe: Probe,
     child: Child,
+    running: bool,
     dir: PathBuf,
     log: PathBuf,
 }
 
 impl ServerProcess {
-    /// Spawns `cmd` (stdout and stderr to `dir/server.log`) and waits until `port` accepts a
-    /// TCP connection and `probe` succeeds on it.
+    /// Spawns `program args` (stdout and stderr to `dir/server.log`) and waits until `port`
+    /// accepts a TCP connection and `probe` succeeds on it.
     pub(crate) fn spawn(
         binary: &'static str,
-        mut cmd: Command,
+        program: &Path,
+        args: Vec<OsString>,
         dir: PathBuf,
         port: u16,
-        probe: impl Fn(&mut TcpStream) -> bool,
+        probe: Probe,
     ) -> Result<Self, ServiceError> {
+        let log = dir.join("server.log");
+        let child = Self::launch(binary, program, &args, &log)?;
+        let mut server = ServerProcess {
+            binary,
+            program: program.to_path_buf(),
+            args,
+            port,
+            probe,
+            child,
+            running: true,
+            dir,
+            log,
+        };
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    fn launch(
+        binary: &'static str,
+        program: &Path,
+        args: &[OsString],
+        log: &Path,
+    ) -> Result<Child, ServiceError> {
         let io = |what: &str| {
             let what = format!("{binary}: {what}");
             move |source| ServiceError::Io { what, source }
         };
-        let log = dir.join("server.log");
-        let out = File::create(&log).map_err(io("creating its log"))?;
-        let err = out.try_clone().map_err(io("creating its log"))?;
-        let child = cmd
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(io("opening its log"))?;
+        let err = out.try_clone().map_err(io("opening its log"))?;
+        Command::new(program)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
             .spawn()
-            .map_err(io("spawning"))?;
-        let mut server = ServerProcess { child, dir, log };
+            .map_err(io("spawning"))
+    }
+
+    fn wait_ready(&mut self) -> Result<(), ServiceError> {
         let deadline = Instant::now() + READY_TIMEOUT;
         while Instant::now() < deadline {
-            if let Ok(Some(_)) = server.child.try_wait() {
+            if let Ok(Some(_)) = self.child.try_wait() {
                 break; // exited: most likely the port was taken
             }
-            if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
+            if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) {
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-                if probe(&mut stream) {
-                    return Ok(server);
+                if (self.probe)(&mut stream) {
+                    return Ok(());
                 }
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         Err(ServiceError::NotReady {
-            binary,
-            port,
+            binary: self.binary,
+            port: self.port,
             secs: READY_TIMEOUT.as_secs(),
-            log: server.log_tail(20),
+            log: self.log_tail(20),
         })
+    }
+
+    /// SIGKILLs the server and reaps it; its directory (the store) stays for
+    /// [`ServerProcess::restart`].
+    pub(crate) fn kill(&mut self) {
+        if self.running {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            self.running = false;
+        }
+    }
+
+    /// Starts the server again with the same arguments, port and directory (killing it
+    /// first if it still runs) and waits until it answers.
+    pub(crate) fn restart(&mut self) -> Result<(), ServiceError> {
+        self.kill();
+        self.child = Self::launch(self.binary, &self.program, &self.args, &self.log)?;
+        self.running = true;
+        self.wait_ready()
+    }
+
+    /// Sends `signal` (a `kill -s` name: `STOP`, `CONT`, `TERM`) to the running server.
+    pub(crate) fn signal(&self, signal: &str) -> Result<(), ServiceError> {
+        let io = |source| ServiceError::Io {
+            what: format!("{}: sending SIG{signal}", self.binary),
+            source,
+        };
+        let status = Command::new("kill")
+            .args(["-s", signal, &self.child.id().to_string()])
+            .status()
+            .map_err(io)?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(io(std::io::Error::other(format!("kill exited {status}"))))
+        }
+    }
+
+    /// The process id of the running server.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The server's private directory.
@@ -99,8 +181,8 @@ impl ServerProcess {
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // A stopped (SIGSTOP) server still dies of SIGKILL.
+        self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -1,6 +1,6 @@
 //! A real `redis-server`.
 
-use std::process::Command;
+use std::ffi::OsString;
 
 use crate::ServiceError;
 use crate::port::free_port;
@@ -30,8 +30,7 @@ impl RedisServer {
                 what: "redis-server: picking a port".into(),
                 source,
             })?;
-            let mut cmd = Command::new(&bin);
-            cmd.args([
+            let mut args: Vec<OsString> = [
                 "--bind",
                 "127.0.0.1",
                 "--port",
@@ -40,11 +39,14 @@ impl RedisServer {
                 "",
                 "--daemonize",
                 "no",
-            ])
-            .arg("--dir")
-            .arg(&dir)
-            .args(extra);
-            match ServerProcess::spawn("redis-server", cmd, dir, port, |s| {
+                "--dir",
+            ]
+            .iter()
+            .map(OsString::from)
+            .collect();
+            args.push(dir.clone().into_os_string());
+            args.extend(extra.iter().map(OsString::from));
+            match ServerProcess::spawn("redis-server", &bin, args, dir, port, |s| {
                 // A server started with `--requirepass` answers NOAUTH: it is up all the same.
                 request_line(s, b"PING\r\n")
                     .is_some_and(|l| l.starts_with("+PONG") || l.starts_with("-NOAUTH"))
@@ -67,6 +69,23 @@ impl RedisServer {
     /// The port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// SIGKILLs the server, keeping its directory (with `--appendonly yes`, the AOF a
+    /// restart replays).
+    pub fn kill(&mut self) {
+        self.process.kill();
+    }
+
+    /// Starts the server again on the same port, directory and arguments, and waits until
+    /// it answers.
+    pub fn restart(&mut self) -> Result<(), ServiceError> {
+        self.process.restart()
+    }
+
+    /// The server's private directory.
+    pub fn dir(&self) -> &std::path::Path {
+        self.process.dir()
     }
 
     /// Last lines of the server log.

@@ -2,6 +2,10 @@
 //! loss: every server routes to the others, JetStream is clustered (streams can be R3), and
 //! clients get the URL list of all of them.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
 use videoflow_services::{NatsServer, free_port};
 
 use crate::TestkitError;
@@ -71,4 +75,54 @@ impl NatsCluster {
     pub fn servers(&self) -> &[NatsServer] {
         &self.servers
     }
+
+    /// Server `i` (`n<i>`), to kill, restart, pause or resume it.
+    pub fn server_mut(&mut self, i: usize) -> &mut NatsServer {
+        &mut self.servers[i]
+    }
+
+    /// The index of the server a JetStream leader name (`n1`) names.
+    pub fn index_of(&self, server_name: &str) -> Option<usize> {
+        server_name
+            .strip_prefix('n')
+            .and_then(|i| i.parse::<usize>().ok())
+            .filter(|i| *i < self.servers.len())
+    }
+
+    /// Waits until every running server's `/jsz` reports a JetStream meta leader over all
+    /// the cluster's peers (streams cannot be placed before).
+    pub fn wait_for_meta_leader(&self, within: Duration) -> Result<(), TestkitError> {
+        let deadline = Instant::now() + within;
+        let size = format!("\"cluster_size\": {}", self.servers.len());
+        for base in self.monitoring_urls() {
+            loop {
+                let body = http_get(&base, "/jsz");
+                if body.contains("\"leader\"") && body.contains(&size) {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(TestkitError::Io {
+                        what: format!("nats cluster: no meta leader at {base} (last /jsz: {body})"),
+                        source: std::io::Error::from(std::io::ErrorKind::TimedOut),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The body of `GET <base><path>` (plain HTTP/1.0 on loopback); empty when the server does
+/// not answer.
+pub fn http_get(base: &str, path: &str) -> String {
+    let addr = base.trim_start_matches("http://");
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned()
 }

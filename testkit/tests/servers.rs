@@ -80,15 +80,68 @@ fn a_three_node_jetstream_cluster_forms() {
     assert!(last.contains("\"meta_cluster\""), "{last}");
 }
 
-/// The body of `GET <base><path>` (plain HTTP/1.0 on loopback).
+/// A SIGKILLed server restarts on the same port with the same directory: JetStream's files
+/// and Redis's append-only file survive, so a restart is a node coming back, not a new one.
+/// A SIGSTOPped server answers nothing until SIGCONT.
+#[test]
+fn a_killed_server_restarts_with_its_store_and_a_paused_one_answers_after_resume() {
+    let mut nats = NatsServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let marker = nats.dir().join("jetstream").join("marker");
+    std::fs::create_dir_all(nats.dir().join("jetstream")).expect("store dir");
+    std::fs::write(&marker, b"kept").expect("marker");
+    let port = nats.port();
+    nats.kill();
+    assert!(
+        TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "still listening"
+    );
+    assert!(marker.exists(), "the kill removed the store");
+    nats.restart().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(nats.port(), port);
+    assert!(marker.exists(), "the restart removed the store");
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect after restart");
+    let mut info = String::new();
+    BufReader::new(&mut s).read_line(&mut info).expect("INFO");
+    assert!(info.starts_with("INFO "), "{info}");
+
+    nats.pause().unwrap_or_else(|e| panic!("{e}"));
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("the kernel still accepts");
+    s.set_read_timeout(Some(std::time::Duration::from_millis(500)))
+        .expect("timeout");
+    let mut line = String::new();
+    assert!(
+        BufReader::new(&mut s).read_line(&mut line).is_err() || line.is_empty(),
+        "a paused server greeted: {line}"
+    );
+    nats.resume().unwrap_or_else(|e| panic!("{e}"));
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    let mut line = String::new();
+    BufReader::new(&mut s)
+        .read_line(&mut line)
+        .expect("INFO after resume");
+    assert!(line.starts_with("INFO "), "{line}");
+
+    let mut redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let redis_port = redis.port();
+    let mut s = TcpStream::connect(("127.0.0.1", redis_port)).expect("connect");
+    s.write_all(b"SET k kept\r\n").expect("write");
+    let mut reply = String::new();
+    BufReader::new(&mut s).read_line(&mut reply).expect("reply");
+    assert_eq!(reply, "+OK\r\n");
+    redis.kill();
+    redis.restart().unwrap_or_else(|e| panic!("{e}"));
+    let mut s = TcpStream::connect(("127.0.0.1", redis_port)).expect("connect after restart");
+    s.write_all(b"GET k\r\n").expect("write");
+    let mut reader = BufReader::new(s);
+    let mut lines = [String::new(), String::new()];
+    for l in &mut lines {
+        reader.read_line(l).expect("reply");
+    }
+    assert_eq!(lines, ["$4\r\n", "kept\r\n"], "the AOF was not replayed");
+}
+
 fn http_get(base: &str, path: &str) -> String {
-    use std::io::Read;
-    let addr = base.trim_start_matches("http://");
-    let Ok(mut s) = TcpStream::connect(addr) else {
-        return String::new();
-    };
-    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned()
+    videoflow_testkit::cluster::http_get(base, path)
 }

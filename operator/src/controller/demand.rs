@@ -314,7 +314,13 @@ impl DemandObserver {
             Some(UrlCredentials::Token(token)) => options.token(token),
             None => options,
         };
-        let connect = options.connect(servers.as_str());
+        // A cluster is named by a comma-separated URL list; the client fails over within it.
+        let list: Vec<&str> = servers
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        let connect = options.connect(list);
         let client = match tokio::time::timeout(self.timeout, connect).await {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => {

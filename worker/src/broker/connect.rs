@@ -78,6 +78,30 @@ pub fn with_credentials(
     }
 }
 
+/// The servers of a URL list (`nats://a:4222,nats://b:4222`, how a cluster is named): the
+/// client connects to one of them and fails over to the others when it is lost. A single
+/// URL is a list of one.
+///
+/// # Errors
+/// The text of the first entry that is not a server address.
+pub fn server_list(urls: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
+    urls.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(|u| {
+            u.parse::<async_nats::ServerAddr>()
+                .map_err(|e| format!("'{}' is not a server address: {e}", redact_url(u)))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|list| {
+            if list.is_empty() {
+                Err("no server address given".to_owned())
+            } else {
+                Ok(list)
+            }
+        })
+}
+
 /// [`connect`] with an explicit bound (tests use a short one).
 ///
 /// # Errors
@@ -93,11 +117,12 @@ pub async fn connect_within(url: &str, within: Duration) -> Result<Broker, Broke
         )
     };
     let (servers, credentials) = split_credentials(url);
+    let servers = server_list(&servers).map_err(|e| failed("ConnectError", e))?;
     let options = with_credentials(
         async_nats::ConnectOptions::new().connection_timeout(within),
         credentials,
     );
-    let client = match tokio::time::timeout(within, options.connect(servers.as_str())).await {
+    let client = match tokio::time::timeout(within, options.connect(servers)).await {
         Ok(Ok(client)) => client,
         Ok(Err(e)) => return Err(failed("ConnectError", e.to_string())),
         Err(_) => {
@@ -115,4 +140,20 @@ pub async fn connect_within(url: &str, within: Duration) -> Result<Broker, Broke
         jetstream,
         url: url.to_owned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::server_list;
+
+    #[test]
+    fn a_url_list_names_every_server_of_a_cluster() {
+        let list = server_list("nats://127.0.0.1:4222, nats://127.0.0.1:4223,nats://h:4224")
+            .expect("a list");
+        let ports: Vec<u16> = list.iter().map(|a| a.port()).collect();
+        assert_eq!(ports, [4222, 4223, 4224]);
+        assert_eq!(server_list("nats://one:4222").expect("one").len(), 1);
+        assert!(server_list(" , ").is_err());
+        assert!(server_list("nats://a:4222,nats://b:notaport").is_err());
+    }
 }

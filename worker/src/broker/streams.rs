@@ -248,7 +248,10 @@ pub async fn ensure_stream(
     let config = request.to_config();
     let (action, effective) = match js.create_stream(config.clone()).await {
         Ok(created) => (EnsureAction::Accepted, created.cached_info().config.clone()),
-        Err(e) if already_exists(&e) => match js.update_stream(&config).await {
+        Err(e) if already_exists(&e) => match js
+            .update_stream(&keep_unrequested(js, request, config).await)
+            .await
+        {
             Ok(info) => (EnsureAction::Updated, info.config),
             Err(refused) => {
                 tracing::debug!(stream = %request.name, error = %refused, "stream update refused");
@@ -284,6 +287,24 @@ pub async fn ensure_stream(
         });
     }
     Ok(EnsuredStream { action, effective })
+}
+
+/// `config` for the update of an existing stream: an update replaces the whole configuration,
+/// so a field the caller did not request keeps the stream's value instead of the client's
+/// default. Today that is `num_replicas`: a worker ensures its streams without a replica count
+/// (only the provision job gets `VF_STREAM_REPLICAS`), and sending the default would shrink
+/// the R3 streams of a clustered broker to one replica.
+async fn keep_unrequested(
+    js: &async_nats::jetstream::Context,
+    request: &StreamRequest,
+    mut config: stream::Config,
+) -> stream::Config {
+    if request.num_replicas.is_none()
+        && let Ok(existing) = js.get_stream(&request.name).await
+    {
+        config.num_replicas = existing.cached_info().config.num_replicas;
+    }
+    config
 }
 
 /// Ensures `node`'s stream with the shape of the caller's flow type (a worker ensures its

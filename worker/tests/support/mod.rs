@@ -14,7 +14,7 @@ use videoflow_core::compile::{CompiledFlow, compile};
 use videoflow_core::load::parse_flow;
 use videoflow_core::model::FlowDocument;
 use videoflow_core::naming;
-use videoflow_testkit::{NatsServer, RedisServer};
+use videoflow_testkit::{NatsCluster, NatsServer, RedisServer};
 use videoflow_worker::broker::{self, DurableRequest};
 use videoflow_worker::config::WorkerConfig;
 use videoflow_worker::provision::{node_vars, provision};
@@ -151,9 +151,44 @@ pub struct Exit {
     pub code: Option<i32>,
 }
 
+/// The broker a flow runs on: one server, or a routed JetStream cluster whose URL list names
+/// every node (the client fails over between them).
+pub enum Nats {
+    /// One `nats-server -js`.
+    Single(NatsServer),
+    /// A three-node JetStream cluster ([`NatsCluster`]).
+    Cluster(NatsCluster),
+}
+
+impl Nats {
+    /// The URL a worker gets as `VF_NATS_URL` (a comma-separated list for a cluster).
+    pub fn url(&self) -> String {
+        match self {
+            Nats::Single(s) => s.url(),
+            Nats::Cluster(c) => c.url(),
+        }
+    }
+
+    /// The cluster (panics on a single server: the test asked for the wrong harness).
+    pub fn cluster(&mut self) -> &mut NatsCluster {
+        match self {
+            Nats::Cluster(c) => c,
+            Nats::Single(_) => panic!("this flow runs on one nats-server, not a cluster"),
+        }
+    }
+
+    /// A directory that lives as long as the broker (the first server's).
+    fn dir(&self) -> &Path {
+        match self {
+            Nats::Single(s) => s.dir(),
+            Nats::Cluster(c) => c.servers()[0].dir(),
+        }
+    }
+}
+
 /// A flow under test.
 pub struct FlowHarness {
-    pub nats: NatsServer,
+    pub nats: Nats,
     pub redis: Option<RedisServer>,
     pub dir: PathBuf,
     pub doc: FlowDocument,
@@ -169,13 +204,38 @@ impl FlowHarness {
     /// ADM-1).
     pub fn new(yaml: &str) -> Self {
         let nats = NatsServer::start().unwrap_or_else(|e| panic!("{e}"));
+        Self::on(Nats::Single(nats), yaml)
+    }
+
+    /// [`FlowHarness::new`] on a three-node JetStream cluster: workers get the URL list of
+    /// all three servers; a flow with `broker: {streamReplicas: 3}` gets R3 streams. Returns
+    /// once the cluster's JetStream meta group has a leader.
+    pub fn on_cluster(yaml: &str) -> Self {
+        let cluster = NatsCluster::start(3).unwrap_or_else(|e| panic!("{e}"));
+        cluster
+            .wait_for_meta_leader(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{e}"));
+        Self::on(Nats::Cluster(cluster), yaml)
+    }
+
+    fn on(nats: Nats, yaml: &str) -> Self {
         let dir = nats.dir().join("flow");
         std::fs::create_dir_all(&dir).expect("flow dir");
         let redis = if yaml.contains("{{DURABLE_REDIS}}") {
+            // `{{DURABLE_REDIS}}` syncs its AOF every second (Redis's default); a
+            // `# vf-test: appendfsync always` line asks for a sync per write, so a SIGKILL
+            // loses no acknowledged write.
+            let fsync = if yaml.contains("# vf-test: appendfsync always") {
+                "always"
+            } else {
+                "everysec"
+            };
             Some(
                 RedisServer::start_with(&[
                     "--appendonly",
                     "yes",
+                    "--appendfsync",
+                    fsync,
                     "--maxmemory-policy",
                     "noeviction",
                 ])
@@ -367,11 +427,11 @@ impl FlowHarness {
         let (flow, run) = (&vars["VF_FLOW_ID"], &vars["VF_RUN_ID"]);
         let url = self.nats.url();
         self.runtime.block_on(async {
-            let client = async_nats::connect(&url)
+            let b = broker::connect(&url)
                 .await
                 .unwrap_or_else(|e| panic!("connect: {e}"));
-            let js = async_nats::jetstream::new(client);
-            let stream = js
+            let stream = b
+                .jetstream()
                 .get_stream(naming::stream_name(flow, run, parent))
                 .await
                 .unwrap_or_else(|e| panic!("{parent}'s stream: {e}"));
@@ -451,8 +511,10 @@ impl FlowHarness {
         });
     }
 
-    /// SIGKILLs the running `node`/`replica`.
-    pub fn kill(&mut self, node: &str, replica: i64) {
+    /// SIGKILLs the running `node`/`replica`; `false` when it had already ended.
+    pub fn kill(&mut self, node: &str, replica: i64) -> bool {
+        let _ = self.running();
+        let mut killed = false;
         for p in self
             .procs
             .iter_mut()
@@ -461,23 +523,43 @@ impl FlowHarness {
             let _ = p.child.kill();
             let status = p.child.wait().expect("wait");
             p.exit = Some(status.code().unwrap_or(-9));
+            killed = true;
         }
+        killed
+    }
+
+    /// How many started workers still run (reaping those that ended).
+    pub fn running(&mut self) -> usize {
+        let mut running = 0;
+        for p in &mut self.procs {
+            if p.exit.is_none() {
+                match p.child.try_wait().expect("try_wait") {
+                    Some(status) => p.exit = Some(status.code().unwrap_or(-1)),
+                    None => running += 1,
+                }
+            }
+        }
+        running
+    }
+
+    /// Every process started so far, in start order, with its exit if it ended.
+    pub fn exits_so_far(&mut self) -> Vec<Exit> {
+        let _ = self.running();
+        self.procs
+            .iter()
+            .map(|p| Exit {
+                node: p.node.clone(),
+                replica: p.replica,
+                code: p.exit,
+            })
+            .collect()
     }
 
     /// Waits for every process; on timeout kills them all and panics with their logs.
     pub fn wait_all(&mut self, timeout: Duration) -> Vec<Exit> {
         let deadline = Instant::now() + timeout;
         loop {
-            let mut running = 0;
-            for p in &mut self.procs {
-                if p.exit.is_none() {
-                    match p.child.try_wait().expect("try_wait") {
-                        Some(status) => p.exit = Some(status.code().unwrap_or(-1)),
-                        None => running += 1,
-                    }
-                }
-            }
-            if running == 0 {
+            if self.running() == 0 {
                 break;
             }
             if Instant::now() > deadline {
