@@ -487,6 +487,40 @@ mod tests {
         assert_eq!(mig_profile("NVIDIA H200 MIG "), None);
     }
 
+    /// What `videoflow-worker gpu` prints under `nvml.inventory` on a GPU machine reads back
+    /// as the same inventory, so a recording from real hardware replays here; fields a
+    /// recording leaves out take their defaults.
+    #[test]
+    fn an_inventory_recording_round_trips_through_json() {
+        let inv = Inventory {
+            driver_version: "570.86".to_owned(),
+            cards: vec![Card {
+                index: 0,
+                uuid: "GPU-aaaa".to_owned(),
+                name: "NVIDIA H200".to_owned(),
+                memory_total_bytes: Some(150_754_820_096),
+                memory_used_bytes: Some(0),
+                compute_mode: Some("default".to_owned()),
+                mig_enabled: true,
+                mig: vec![MigInstance {
+                    uuid: "MIG-bbbb".to_owned(),
+                    name: "NVIDIA H200 MIG 1g.18gb".to_owned(),
+                    memory_total_bytes: Some(19_327_352_832),
+                    memory_used_bytes: None,
+                }],
+            }],
+            p2p: Vec::new(),
+        };
+        let text = serde_json::to_string(&inv).expect("serialises");
+        let back: Inventory = serde_json::from_str(&text).expect("reads back");
+        assert_eq!(back, inv);
+        let sparse: Inventory =
+            serde_json::from_str(r#"{"cards": [{"index": 1, "uuid": "GPU-c", "name": "X"}]}"#)
+                .expect("defaults");
+        assert_eq!(sparse.identities()[0].ordinal, Some(1));
+        assert!(sparse.p2p.is_empty() && !sparse.cards[0].mig_enabled);
+    }
+
     /// GPU-2 with NVML: a library that is not there is Unknown `missing` — never an empty,
     /// "zero devices" inventory.
     #[cfg(feature = "nvml")]
