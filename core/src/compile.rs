@@ -11,7 +11,7 @@ use serde_json::{Map, Value as Json};
 use sha2::{Digest, Sha256};
 
 use crate::join::policy::JoinPolicy;
-use crate::model::{FlowDocument, FlowSpec, FlowType, NodeDecl, NodeKind};
+use crate::model::{FlowDocument, FlowSpec, FlowType, NodeDecl, NodeGpu, NodeKind};
 use crate::validate::{Diagnostic, has_errors, validate_flow};
 
 /// Version of the component protocol exec nodes speak.
@@ -308,7 +308,7 @@ fn node_spec(n: &NodeDecl, spec: &FlowSpec) -> NodeSpec {
         command,
         protocol_version,
         gpu_count: n.gpu.as_ref().and_then(|g| g.count).map_or(1, i64::from),
-        gpu_resource_name: n.gpu.as_ref().and_then(|g| g.resource_name.clone()),
+        gpu_resource_name: n.gpu.as_ref().and_then(NodeGpu::claimed_resource),
         blob_readers: None,
         gpu_memory_gib: None,
         delivery,

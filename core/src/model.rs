@@ -544,12 +544,53 @@ pub struct NodeGpu {
     /// Extended resource name overriding the flow's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_name: Option<String>,
+    /// A MIG profile (`1g.18gb`, `3g.40gb+me`): the node claims `count` MIG instances of it
+    /// as `nvidia.com/mig-<profile>`, the resource the NVIDIA device plugin's `mixed` MIG
+    /// strategy advertises. Not together with `resourceName`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_profile: Option<String>,
     /// What to do without a GPU: `cpu` (run anyway) or `none` (refuse, default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<GpuFallback>,
     /// Whether the devices must reach each other peer to peer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requires_peer_access: Option<bool>,
+}
+
+/// The extended resource the NVIDIA device plugin advertises MIG instances of a profile
+/// under (`mixed` strategy).
+pub const MIG_RESOURCE_PREFIX: &str = "nvidia.com/mig-";
+
+impl NodeGpu {
+    /// The resource this node names itself: its `resourceName`, else the MIG profile's
+    /// `nvidia.com/mig-<profile>`; `None` leaves the choice to the Flow (or NVIDIA's
+    /// `nvidia.com/gpu`).
+    pub fn claimed_resource(&self) -> Option<String> {
+        self.resource_name.clone().or_else(|| {
+            self.mig_profile
+                .as_ref()
+                .map(|p| format!("{MIG_RESOURCE_PREFIX}{p}"))
+        })
+    }
+}
+
+/// Whether `p` reads as a MIG profile: `<n>g.<m>gb` with optional `+<attr>` suffixes
+/// (`1g.10gb`, `1g.18gb+me`, `7g.141gb`).
+pub fn is_mig_profile(p: &str) -> bool {
+    let (base, attrs) = match p.split_once('+') {
+        Some((b, a)) => (b, Some(a)),
+        None => (p, None),
+    };
+    let Some((slices, memory)) = base.split_once("g.") else {
+        return false;
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    digits(slices)
+        && memory.strip_suffix("gb").is_some_and(digits)
+        && attrs.is_none_or(|a| {
+            a.split('+')
+                .all(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase()))
+        })
 }
 
 /// `VF_GPU_FALLBACK`.

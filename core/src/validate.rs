@@ -562,6 +562,30 @@ fn check_node(
                 "Ask for at least one device, or remove gpu.",
             );
         }
+        if let Some(profile) = &gpu.mig_profile {
+            if gpu.resource_name.is_some() {
+                knob(
+                    out,
+                    "gpu.migProfile",
+                    format!(
+                        "'{}' sets both gpu.resourceName and gpu.migProfile.",
+                        n.name
+                    ),
+                    "Keep one: migProfile claims nvidia.com/mig-<profile>; resourceName names any other resource.",
+                );
+            } else if !crate::model::is_mig_profile(profile) {
+                knob(
+                    out,
+                    "gpu.migProfile",
+                    format!(
+                        "'{}' asks for gpu.migProfile={}, which is not a MIG profile.",
+                        n.name,
+                        crate::partition::py_repr_str(profile)
+                    ),
+                    "Use the profile nvidia-smi mig -lgip prints, e.g. 1g.18gb or 3g.40gb+me.",
+                );
+            }
+        }
     }
     for (a, asset) in n.assets.iter().enumerate() {
         if asset.path.is_empty() {

@@ -463,3 +463,53 @@ fn built_in_classes_and_their_params_are_checked_against_the_catalog() {
         remedies[3]
     );
 }
+
+/// A MIG profile claims `nvidia.com/mig-<profile>` (the device plugin's mixed strategy) and
+/// reaches the compiled record as the node's resource; it must read as a profile and may
+/// not come with an explicit resourceName.
+#[test]
+fn gpu_mig_profile_claims_the_mig_resource_and_is_validated() {
+    let node = |gpu: &str| {
+        flow(&format!(
+            "{SRC}  - {{name: det, kind: processor, parents: [src], gpu: {gpu}, component: {{builtin: videoflow.processors.basic.IdentityProcessor}}}}\n  - {{name: sink, kind: consumer, parents: [det], component: {{builtin: videoflow.consumers.basic.VoidConsumer}}}}\n"
+        ))
+    };
+    let ok = node("{count: 2, migProfile: 1g.18gb}");
+    assert!(error_codes(&ok).is_empty(), "{:?}", error_codes(&ok));
+    let compiled = compile(&doc(&ok)).expect("compiles");
+    let det = compiled
+        .nodes
+        .iter()
+        .find(|n| n.name == "det")
+        .expect("det");
+    assert_eq!(
+        det.gpu_resource_name.as_deref(),
+        Some("nvidia.com/mig-1g.18gb")
+    );
+    assert_eq!(det.gpu_count, 2);
+    for good in ["3g.40gb+me", "7g.141gb", "1g.10gb+me+gfx"] {
+        assert!(
+            error_codes(&node(&format!("{{migProfile: \"{good}\"}}"))).is_empty(),
+            "{good}"
+        );
+    }
+    for bad in ["1g", "g.10gb", "1g.10GB", "mig-1g.10gb", "1g.10gb+", ""] {
+        assert_eq!(
+            error_codes(&node(&format!("{{migProfile: \"{bad}\"}}"))),
+            vec![(
+                codes::VF_FLOW_KNOB.to_owned(),
+                "spec.nodes[1].gpu.migProfile".to_owned()
+            )],
+            "{bad:?}"
+        );
+    }
+    assert_eq!(
+        error_codes(&node(
+            "{resourceName: example.com/gpu, migProfile: 1g.18gb}"
+        )),
+        vec![(
+            codes::VF_FLOW_KNOB.to_owned(),
+            "spec.nodes[1].gpu.migProfile".to_owned()
+        )]
+    );
+}

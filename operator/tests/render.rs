@@ -680,6 +680,84 @@ fn default_gpu_resource_is_nvidia() {
     assert!(pod(&r, "det").runtime_class_name.is_none());
 }
 
+/// Kubernetes MIG grants: `gpu.migProfile` claims `nvidia.com/mig-<profile>` (the device
+/// plugin's mixed strategy), `count` instances of it, over the Flow-wide resource name; the
+/// worker learns the resource name and the fallback.
+#[test]
+fn mig_profile_claims_the_device_plugins_mig_resource() {
+    let text = GPU.replace(
+        "    gpu: {resourceName: nvidia.com/mig-1g.10gb}\n",
+        "    gpu: {migProfile: 1g.18gb, count: 2, fallback: none}\n",
+    );
+    let r = rendered(&text);
+    let seg = worker(&r, "seg");
+    let limits = seg
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref())
+        .expect("limits");
+    assert_eq!(
+        limits.get("nvidia.com/mig-1g.18gb").map(|q| q.0.as_str()),
+        Some("2")
+    );
+    assert_eq!(limits.len(), 1, "{limits:?}");
+    assert_eq!(
+        literal(seg, "VF_GPU_RESOURCE_NAME"),
+        Some("nvidia.com/mig-1g.18gb")
+    );
+    assert_eq!(literal(seg, "VF_GPU_COUNT"), Some("2"));
+    assert_eq!(literal(seg, "VF_GPU_FALLBACK"), Some("none"));
+    assert_eq!(pod(&r, "seg").runtime_class_name.as_deref(), Some("nvidia"));
+}
+
+/// Kubernetes UUID grants: the device plugin hands a container its devices by UUID (card
+/// `GPU-…` or MIG `MIG-…`) in `NVIDIA_VISIBLE_DEVICES`, which the worker's grant check reads.
+/// The operator must not render either device variable (that would override the plugin's
+/// selection) nor a recorded grant it never observed; it renders the claim, the fallback and
+/// the peer requirement.
+#[test]
+fn uuid_grants_are_left_to_the_device_plugin() {
+    let text = GPU.replace(
+        "    gpu: {count: 2}\n",
+        "    gpu: {count: 2, fallback: cpu, requiresPeerAccess: true}\n",
+    );
+    let r = rendered(&text);
+    for node in ["det", "seg"] {
+        let c = worker(&r, node);
+        for var in [
+            "CUDA_VISIBLE_DEVICES",
+            "NVIDIA_VISIBLE_DEVICES",
+            "VF_GPU_GRANT_JSON",
+        ] {
+            assert!(env(c, var).is_none(), "{node} renders {var}");
+        }
+        assert_eq!(literal(c, "VF_DEVICE_TYPE"), Some("gpu"), "{node}");
+    }
+    let det = worker(&r, "det");
+    assert_eq!(literal(det, "VF_GPU_FALLBACK"), Some("cpu"));
+    assert_eq!(literal(det, "VF_GPU_REQUIRES_PEER_ACCESS"), Some("1"));
+    assert_eq!(
+        det.resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get("example.com/gpu"))
+            .map(|q| q.0.as_str()),
+        Some("2")
+    );
+}
+
+/// A node cannot name both a resource and a MIG profile: the render refuses the Flow as the
+/// controller would.
+#[test]
+fn mig_profile_with_a_resource_name_is_refused() {
+    let text = GPU.replace(
+        "    gpu: {resourceName: nvidia.com/mig-1g.10gb}\n",
+        "    gpu: {resourceName: nvidia.com/gpu, migProfile: 1g.18gb}\n",
+    );
+    let err = render::render(&with_uid(flow(&text)), &config()).expect_err("refused");
+    assert!(format!("{err}").contains("migProfile"), "{err}");
+}
+
 #[test]
 fn every_container_is_restricted_with_a_writable_tmp_and_probes() {
     let r = rendered(&EXEC.replace("__IMAGE__", "image: registry.example/det:1,"));

@@ -10,9 +10,19 @@
 //!
 //! What could not be observed stays "unknown": a missing `nvidia-smi` in a CPU image is not
 //! evidence of zero devices. The host is read through an injectable [`GpuProbe`]; the real
-//! one, [`NvidiaSmi`], runs the binary found on `PATH` with a timeout, killing its whole
-//! process group when it hangs. NVML is not loaded (the reference reads `nvidia-smi` too);
-//! the probe seam is where it would go. The probe blocks: call it off the async runtime.
+//! one, [`HostProbe`], asks NVML first ([`nvml`], opened at run time) and `nvidia-smi`
+//! ([`NvidiaSmi`], found on `PATH`, bounded by a timeout, its whole process group killed when
+//! it hangs) when NVML cannot answer; the report's evidence names the probe that answered and
+//! why the first one did not. The probe blocks: call it off the async runtime.
+//!
+//! Kubernetes' NVIDIA device plugin hands a container its devices in
+//! `NVIDIA_VISIBLE_DEVICES` (ordinals, card UUIDs or MIG UUIDs), which the container runtime
+//! applies before the process starts; [`effective_mask`] says how that value and
+//! `CUDA_VISIBLE_DEVICES` combine.
+
+pub mod inspect;
+pub mod metrics;
+pub mod nvml;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -50,6 +60,9 @@ pub struct DeviceIdentity {
     pub memory_bytes: Option<i64>,
     /// MIG profile, e.g. `1g.24gb`.
     pub mig_profile: Option<String>,
+    /// NVML's compute mode (`default` = shared, `exclusive_process`, …), when enumerated
+    /// through NVML; not part of a recorded grant.
+    pub compute_mode: Option<String>,
 }
 
 impl DeviceIdentity {
@@ -117,6 +130,7 @@ impl DeliveredGrant {
                         product: str_of(d, "product").unwrap_or_default(),
                         memory_bytes: d.get("memory_bytes").and_then(Json::as_i64),
                         mig_profile: str_of(d, "mig_profile"),
+                        compute_mode: None,
                     })
                     .collect()
             })
@@ -135,13 +149,113 @@ impl DeliveredGrant {
     }
 }
 
+/// The P2P read matrix: `(row ordinal, column index) → status` in `nvidia-smi topo -p2p r`'s
+/// words (`OK`, `NS`, `CNS`, `GNS`, `TNS`, `U`, `X` on the diagonal).
+pub type P2pMatrix = BTreeMap<(i64, usize), String>;
+
+/// A probe's answer and which probe gave it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Probed<T> {
+    /// The answer, or why there is none.
+    pub answer: Observation<T>,
+    /// `nvml` or `nvidia-smi`: the probe that answered (the last one asked when none did).
+    pub probe: &'static str,
+    /// Why an earlier probe did not answer (`<reason>: <detail>`), when one was asked first.
+    pub fallback: Option<String>,
+}
+
+impl<T> Probed<T> {
+    /// An answer from `probe` alone.
+    pub fn from(probe: &'static str, answer: Observation<T>) -> Self {
+        Probed {
+            answer,
+            probe,
+            fallback: None,
+        }
+    }
+
+    fn evidence(&self, key: &str, evidence: &mut BTreeMap<String, String>) {
+        evidence.insert(key.to_owned(), self.probe.to_owned());
+        if let Some(f) = &self.fallback {
+            evidence.insert(format!("{key}_nvml"), f.clone());
+        }
+    }
+}
+
 /// Reads the host's GPUs. Blocking.
 pub trait GpuProbe {
     /// Every physical card and MIG instance of the host, or Unknown (`missing`, `timeout`,
-    /// `failed`) — never "none" for a failed read.
-    fn host_devices(&self) -> Observation<Vec<DeviceIdentity>>;
-    /// The text of `nvidia-smi topo -p2p r`, or Unknown.
-    fn p2p_matrix(&self) -> Observation<String>;
+    /// `failed`, `unavailable`) — never "none" for a failed read.
+    fn host_devices(&self) -> Probed<Vec<DeviceIdentity>>;
+    /// The P2P read matrix between the host's cards, or Unknown (`malformed` when no matrix
+    /// could be read from an answer).
+    fn p2p(&self) -> Probed<P2pMatrix>;
+}
+
+/// NVML as a probe on its own.
+pub struct NvmlProbe<'a>(pub &'a dyn nvml::NvmlSource);
+
+impl GpuProbe for NvmlProbe<'_> {
+    fn host_devices(&self) -> Probed<Vec<DeviceIdentity>> {
+        Probed::from("nvml", map_known(self.0.inventory(), |i| i.identities()))
+    }
+
+    fn p2p(&self) -> Probed<P2pMatrix> {
+        Probed::from("nvml", map_known(self.0.inventory(), |i| i.p2p_matrix()))
+    }
+}
+
+/// The worker's probe: NVML first, `nvidia-smi` when NVML cannot answer (absent library,
+/// a build without it, a failed init).
+pub struct HostProbe<'a> {
+    /// The first probe.
+    pub nvml: &'a dyn nvml::NvmlSource,
+    /// The fallback.
+    pub smi: NvidiaSmi,
+}
+
+impl GpuProbe for HostProbe<'_> {
+    fn host_devices(&self) -> Probed<Vec<DeviceIdentity>> {
+        first_answer(NvmlProbe(self.nvml).host_devices(), || {
+            self.smi.host_devices()
+        })
+    }
+
+    fn p2p(&self) -> Probed<P2pMatrix> {
+        first_answer(NvmlProbe(self.nvml).p2p(), || self.smi.p2p())
+    }
+}
+
+fn map_known<T, U>(o: Observation<T>, f: impl FnOnce(T) -> U) -> Observation<U> {
+    match o {
+        Observation::Known(v) => Observation::Known(f(v)),
+        Observation::Unknown { reason, detail } => Observation::Unknown { reason, detail },
+    }
+}
+
+/// `first` when it answered, else `second`, noting why `first` did not; when neither
+/// answered, the detail names both.
+fn first_answer<T>(first: Probed<T>, second: impl FnOnce() -> Probed<T>) -> Probed<T> {
+    let Observation::Unknown { reason, detail } = first.answer else {
+        return first;
+    };
+    let why = format!("{reason}: {detail}");
+    let next = second();
+    let answer = match next.answer {
+        Observation::Unknown {
+            reason: r2,
+            detail: d2,
+        } => Observation::Unknown {
+            reason: r2,
+            detail: format!("{d2}; NVML: {why}"),
+        },
+        known => known,
+    };
+    Probed {
+        answer,
+        probe: next.probe,
+        fallback: Some(why),
+    }
 }
 
 /// The real probe: `nvidia-smi` found on `PATH` (or an explicit search path, for tests).
@@ -251,8 +365,8 @@ const SMI_QUERY: [&str; 2] = [
     "--format=csv,noheader,nounits",
 ];
 
-impl GpuProbe for NvidiaSmi {
-    fn host_devices(&self) -> Observation<Vec<DeviceIdentity>> {
+impl NvidiaSmi {
+    fn enumerate(&self) -> Observation<Vec<DeviceIdentity>> {
         let rows = match self.run(&SMI_QUERY) {
             Observation::Known(t) => parse_smi_query(&t),
             Observation::Unknown { reason, detail } => {
@@ -265,23 +379,47 @@ impl GpuProbe for NvidiaSmi {
                 return Observation::Unknown { reason, detail };
             }
         };
-        if listed.is_empty() {
-            return Observation::Known(rows);
-        }
-        let devices = listed
-            .into_iter()
-            .map(|mut d| {
-                if let Some(card) = rows.iter().find(|r| r.uuid.is_some() && r.uuid == d.uuid) {
-                    d.memory_bytes = card.memory_bytes;
-                }
-                d
-            })
-            .collect();
-        Observation::Known(devices)
+        Observation::Known(merge_smi(&rows, listed))
+    }
+}
+
+/// `-L`'s identities with the query's card memory; a MIG instance's memory is not in either
+/// output, so it stays unknown. With no `-L` lines the query rows stand alone.
+pub fn merge_smi(rows: &[DeviceIdentity], listed: Vec<DeviceIdentity>) -> Vec<DeviceIdentity> {
+    if listed.is_empty() {
+        return rows.to_vec();
+    }
+    listed
+        .into_iter()
+        .map(|mut d| {
+            if d.mig_uuid.is_none()
+                && let Some(card) = rows.iter().find(|r| r.uuid.is_some() && r.uuid == d.uuid)
+            {
+                d.memory_bytes = card.memory_bytes;
+            }
+            d
+        })
+        .collect()
+}
+
+impl GpuProbe for NvidiaSmi {
+    fn host_devices(&self) -> Probed<Vec<DeviceIdentity>> {
+        Probed::from("nvidia-smi", self.enumerate())
     }
 
-    fn p2p_matrix(&self) -> Observation<String> {
-        self.run(&["topo", "-p2p", "r"])
+    fn p2p(&self) -> Probed<P2pMatrix> {
+        let answer = match self.run(&["topo", "-p2p", "r"]) {
+            Observation::Known(text) => {
+                let matrix = parse_p2p_matrix(&text);
+                if matrix.is_empty() {
+                    Observation::unknown("malformed", "nvidia-smi topo -p2p r printed no matrix")
+                } else {
+                    Observation::Known(matrix)
+                }
+            }
+            Observation::Unknown { reason, detail } => Observation::Unknown { reason, detail },
+        };
+        Probed::from("nvidia-smi", answer)
     }
 }
 
@@ -414,7 +552,7 @@ pub fn apply_mask(devices: &[DeviceIdentity], mask: Option<&[String]>) -> Vec<De
 }
 
 /// `nvidia-smi topo -p2p r` as `(i, j) → status` (GPU-4).
-pub fn parse_p2p_matrix(text: &str) -> BTreeMap<(i64, usize), String> {
+pub fn parse_p2p_matrix(text: &str) -> P2pMatrix {
     let mut out = BTreeMap::new();
     for line in text.lines() {
         let trimmed = line.trim_start();
@@ -503,49 +641,116 @@ impl GrantReport {
     }
 }
 
+/// The two variables a container's device selection arrives in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Masks<'a> {
+    /// `CUDA_VISIBLE_DEVICES`: the CUDA runtime's mask over what the process can see.
+    pub cuda: Option<&'a str>,
+    /// `NVIDIA_VISIBLE_DEVICES`: what the device plugin asked the container runtime to mount.
+    pub nvidia: Option<&'a str>,
+}
+
+/// The mask the enumeration is filtered through, and the variable it came from.
+///
+/// `CUDA_VISIBLE_DEVICES`, when set, is the mask (GPU-2): the CUDA runtime applies it to the
+/// devices the process sees, whatever was mounted. Otherwise a device list in
+/// `NVIDIA_VISIBLE_DEVICES` is: the container runtime mounted exactly those devices, so its
+/// card and MIG UUIDs name them in any namespace. Its ordinals are the host's, which a
+/// container that mounted only them renumbers from 0; so an ordinal list is applied only
+/// when the process sees more cards than the list names (the runtime did not select — a
+/// bare host, a runtime without the NVIDIA hook), and is otherwise already in effect.
+/// `all`, `void`, `none`, empty or a path (the device plugin's volume-mount strategy) name no
+/// list and apply nothing: with `void`/`none` nothing is mounted, which the enumeration shows.
+pub fn effective_mask<'a>(
+    masks: Masks<'a>,
+    host: &[DeviceIdentity],
+) -> (Option<&'a str>, Option<&'static str>) {
+    if masks.cuda.is_some() {
+        return (masks.cuda, Some("CUDA_VISIBLE_DEVICES"));
+    }
+    let Some(list) = masks.nvidia.map(str::trim) else {
+        return (None, None);
+    };
+    if list.is_empty()
+        || list.starts_with('/')
+        || ["all", "void", "none"].contains(&list.to_ascii_lowercase().as_str())
+    {
+        return (None, None);
+    }
+    let entries = mask_entries(Some(list)).unwrap_or_default();
+    let by_ordinal = entries.first().is_some_and(|e| all_digits(e));
+    let cards = host.iter().filter(|d| d.mig_uuid.is_none()).count();
+    if by_ordinal && cards <= entries.len() {
+        return (
+            None,
+            Some("NVIDIA_VISIBLE_DEVICES (applied by the container runtime)"),
+        );
+    }
+    (masks.nvidia, Some("NVIDIA_VISIBLE_DEVICES"))
+}
+
 /// GPU-2: the report from the grant (when observed), else enumeration, else unobserved.
+/// The evidence names the probe that enumerated (`probe`), why NVML did not when
+/// `nvidia-smi` did (`probe_nvml`), the mask's variable, and the devices' compute modes.
 pub fn report(
     requested: i64,
-    mask: Option<&str>,
+    masks: Masks<'_>,
     grant: Option<&DeliveredGrant>,
     probe: &dyn GpuProbe,
 ) -> GrantReport {
     let mut evidence = BTreeMap::new();
+    let mut mask = masks.cuda;
+    if let Some(n) = masks.nvidia {
+        evidence.insert("nvidia_visible_devices".to_owned(), n.to_owned());
+    }
+    if let Some(g) = grant {
+        evidence.insert("policy".to_owned(), g.policy.clone());
+    }
     let (delivered, source, exclusive) = match grant {
-        Some(g) if g.host == "observed" => {
-            evidence.insert("policy".to_owned(), g.policy.clone());
-            (g.devices.clone(), GrantSource::Grant, g.exclusive)
-        }
-        _ => match probe.host_devices() {
-            Observation::Unknown { reason, detail } => {
-                evidence.insert("enumeration".to_owned(), format!("{reason}: {detail}"));
-                if let Some(g) = grant {
-                    evidence.insert("policy".to_owned(), g.policy.clone());
+        Some(g) if g.host == "observed" => (g.devices.clone(), GrantSource::Grant, g.exclusive),
+        _ => {
+            let probed = probe.host_devices();
+            probed.evidence("probe", &mut evidence);
+            match probed.answer {
+                Observation::Unknown { reason, detail } => {
+                    evidence.insert("enumeration".to_owned(), format!("{reason}: {detail}"));
+                    return GrantReport {
+                        requested,
+                        delivered: Vec::new(),
+                        source: GrantSource::Unobserved,
+                        execution: "unknown",
+                        exclusive: false,
+                        mask: mask.map(str::to_owned),
+                        peer_access: None,
+                        problems: vec![format!(
+                            "the GPU namespace could not be enumerated ({reason}: {detail})"
+                        )],
+                        evidence,
+                    };
                 }
-                return GrantReport {
-                    requested,
-                    delivered: Vec::new(),
-                    source: GrantSource::Unobserved,
-                    execution: "unknown",
-                    exclusive: false,
-                    mask: mask.map(str::to_owned),
-                    peer_access: None,
-                    problems: vec![format!(
-                        "the GPU namespace could not be enumerated ({reason}: {detail})"
-                    )],
-                    evidence,
-                };
+                Observation::Known(host) => {
+                    let (applied, variable) = effective_mask(masks, &host);
+                    mask = applied.or(mask);
+                    if let Some(v) = variable {
+                        evidence.insert("mask_variable".to_owned(), v.to_owned());
+                    }
+                    let entries = mask_entries(applied);
+                    (
+                        apply_mask(&host, entries.as_deref()),
+                        GrantSource::Enumeration,
+                        false,
+                    )
+                }
             }
-            Observation::Known(host) => {
-                let entries = mask_entries(mask);
-                (
-                    apply_mask(&host, entries.as_deref()),
-                    GrantSource::Enumeration,
-                    false,
-                )
-            }
-        },
+        }
     };
+    let modes: Vec<String> = delivered
+        .iter()
+        .filter_map(|d| d.compute_mode.as_ref().map(|m| format!("{}={m}", d.id())))
+        .collect();
+    if !modes.is_empty() {
+        evidence.insert("compute_mode".to_owned(), modes.join(", "));
+    }
     let mut problems = Vec::new();
     let m = i64::try_from(delivered.len()).unwrap_or(i64::MAX);
     if m < requested {
@@ -582,25 +787,34 @@ fn py_opt_str(v: Option<&str>) -> String {
     v.map_or_else(|| "None".to_owned(), py_repr_str)
 }
 
-/// GPU-4: whether every ordered pair of distinct delivered devices reads `OK`.
-pub fn peer_access(devices: &[DeviceIdentity], probe: &dyn GpuProbe) -> Observation<bool> {
+/// GPU-4: whether every ordered pair of distinct delivered devices reads `OK`, and the probe
+/// that read the matrix.
+pub fn peer_access(devices: &[DeviceIdentity], probe: &dyn GpuProbe) -> Probed<bool> {
     if devices
         .iter()
         .any(|d| d.ordinal.is_none() || d.mig_uuid.is_some())
     {
-        return Observation::unknown(
-            "malformed",
-            "peer access needs whole physical devices with host ordinals",
+        return Probed::from(
+            "none",
+            Observation::unknown(
+                "malformed",
+                "peer access needs whole physical devices with host ordinals",
+            ),
         );
     }
-    let text = match probe.p2p_matrix() {
-        Observation::Known(t) => t,
-        Observation::Unknown { reason, detail } => return Observation::Unknown { reason, detail },
+    let probed = probe.p2p();
+    let answer = match probed.answer {
+        Observation::Known(matrix) => Observation::Known(all_pairs_ok(devices, &matrix)),
+        Observation::Unknown { reason, detail } => Observation::Unknown { reason, detail },
     };
-    let matrix = parse_p2p_matrix(&text);
-    if matrix.is_empty() {
-        return Observation::unknown("malformed", "nvidia-smi topo -p2p r printed no matrix");
+    Probed {
+        answer,
+        probe: probed.probe,
+        fallback: probed.fallback,
     }
+}
+
+fn all_pairs_ok(devices: &[DeviceIdentity], matrix: &P2pMatrix) -> bool {
     let ordinals: Vec<i64> = devices.iter().filter_map(|d| d.ordinal).collect();
     for a in &ordinals {
         for b in &ordinals {
@@ -610,11 +824,11 @@ pub fn peer_access(devices: &[DeviceIdentity], probe: &dyn GpuProbe) -> Observat
                     .and_then(|j| matrix.get(&(*a, j)))
                     .is_some_and(|s| s == "OK");
             if !ok {
-                return Observation::Known(false);
+                return false;
             }
         }
     }
-    Observation::Known(true)
+    true
 }
 
 /// GPU-3/4: the decision before opening a GPU node. ResourceUnavailable (exit 3, with a
@@ -625,11 +839,11 @@ pub fn verify_grant(
     requested: i64,
     fallback: GpuFallback,
     requires_peer_access: bool,
-    mask: Option<&str>,
+    masks: Masks<'_>,
     grant: Option<&DeliveredGrant>,
     probe: &dyn GpuProbe,
 ) -> Result<GrantReport, VfError> {
-    let mut r = report(requested, mask, grant, probe);
+    let mut r = report(requested, masks, grant, probe);
     let problems = r.problems.join("; ");
     if r.source == GrantSource::Unobserved {
         if fallback == GpuFallback::None {
@@ -637,7 +851,7 @@ pub fn verify_grant(
                 ErrorCode::ResourceUnavailable,
                 format!("Node {node} requires {requested} GPU(s) but its grant cannot be verified: {problems}."),
             )
-            .with_remedy("Run the node in an image with the NVIDIA driver utilities (nvidia-smi), or declare gpu_fallback = 'cpu' if the node can run without its devices."));
+            .with_remedy("Run the node where the NVIDIA driver is mounted (libnvidia-ml.so.1, or nvidia-smi on PATH), or declare gpu_fallback = 'cpu' if the node can run without its devices."));
         }
         tracing::warn!(
             "node {node}: {problems} — opening it anyway (gpu_fallback='cpu'); execution is unknown, not a confirmed CPU run"
@@ -662,7 +876,14 @@ pub fn verify_grant(
         );
     }
     if requires_peer_access && requested > 1 && r.problems.is_empty() {
-        let peer = peer_access(&r.delivered, probe);
+        let probed = peer_access(&r.delivered, probe);
+        probed.evidence("p2p_probe", &mut r.evidence);
+        let read_by = if probed.probe == "nvml" {
+            "NVML P2P status"
+        } else {
+            "nvidia-smi topo -p2p r"
+        };
+        let peer = probed.answer;
         r.peer_access = Some(peer.clone());
         match peer {
             Observation::Unknown { reason, detail } => {
@@ -670,7 +891,7 @@ pub fn verify_grant(
                     ErrorCode::ResourceUnavailable,
                     format!("Node {node} requires peer access between its {requested} devices, which could not be verified ({reason}: {detail})."),
                 )
-                .with_remedy("Run the node where nvidia-smi can report the P2P topology, or drop requires_peer_access."));
+                .with_remedy("Run the node where NVML or nvidia-smi can report the P2P topology, or drop requires_peer_access."));
             }
             Observation::Known(false) => {
                 let ids: Vec<String> = r
@@ -684,7 +905,7 @@ pub fn verify_grant(
                     .collect();
                 return Err(VfError::new(
                     ErrorCode::ResourceUnavailable,
-                    format!("Node {node} requires peer access between its devices, and the delivered pair [{}] has none (nvidia-smi topo -p2p r).", ids.join(", ")),
+                    format!("Node {node} requires peer access between its devices, and the delivered pair [{}] has none ({read_by}).", ids.join(", ")),
                 )
                 .with_remedy("Schedule the node on devices with NVLink/PCIe peer access (a topology constraint), or drop requires_peer_access if the component can run without it."));
             }
@@ -696,12 +917,12 @@ pub fn verify_grant(
 
 /// The worker's entry point (START-1 step 6): nothing unless the node is a processor with
 /// device type `gpu`; else [`verify_grant`] with the node's declarations, the grant and
-/// `CUDA_VISIBLE_DEVICES` from `vars`, and the report logged as one JSON line.
+/// the masks, and the report logged as one JSON line.
 pub fn check_node(
     node: &str,
     is_processor: bool,
     device: &DeviceConfig,
-    cuda_visible_devices: Option<&str>,
+    masks: Masks<'_>,
     probe: &dyn GpuProbe,
 ) -> Result<Option<GrantReport>, VfError> {
     if !is_processor || device.device_type != DeviceType::Gpu {
@@ -716,7 +937,7 @@ pub fn check_node(
         device.gpu_count,
         device.gpu_fallback.unwrap_or(GpuFallback::Cpu),
         device.requires_peer_access,
-        cuda_visible_devices,
+        masks,
         grant.as_ref(),
         probe,
     )?;

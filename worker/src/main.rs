@@ -14,8 +14,11 @@ use clap::{Parser, Subcommand};
 use videoflow_core::compile::compile;
 use videoflow_core::errors::EXIT_USER;
 use videoflow_core::load::parse_flow;
+use videoflow_core::model::GpuFallback;
 use videoflow_core::validate::{Diagnostic, has_errors, validate_flow};
 use videoflow_worker::config::{Environment, LogConfig};
+use videoflow_worker::gpu::NvidiaSmi;
+use videoflow_worker::gpu::nvml::NvmlLibrary;
 use videoflow_worker::runtime::Signals;
 
 /// Runs videoflow nodes; also checks and compiles Flow files.
@@ -94,6 +97,28 @@ enum Command {
         /// The component program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
+    },
+    /// Print what this machine's GPU probes see and what a GPU node's grant check decides.
+    ///
+    /// One JSON document on stdout: NVML's inventory and nvidia-smi's enumeration (each, or
+    /// why it is unobserved), whether they agree, the grant report or the refusal (§18.2),
+    /// and the GPU lines the node's /metrics would serve. Reads CUDA_VISIBLE_DEVICES,
+    /// NVIDIA_VISIBLE_DEVICES, VF_GPU_GRANT_JSON, VF_NVML_LIBRARY and PATH like a node.
+    /// Exit: 0 the node would open, 3 it would be refused, 2 bad settings.
+    Gpu {
+        /// The node name the report and the metrics carry.
+        #[arg(long, default_value = "gpu-check")]
+        node: String,
+        /// Devices requested [default: VF_GPU_COUNT, else 1].
+        #[arg(long)]
+        count: Option<i64>,
+        /// `cpu` opens a short grant with the report, `none` refuses it [default:
+        /// VF_GPU_FALLBACK, else cpu].
+        #[arg(long, value_parser = ["cpu", "none"])]
+        fallback: Option<String>,
+        /// Require peer access between the devices (GPU-4).
+        #[arg(long)]
+        peer: bool,
     },
     /// Compile a Flow file into `specs.json` (the per-node records provisioning reads).
     ///
@@ -292,6 +317,36 @@ fn run(env: Environment, command: Command) -> anyhow::Result<ExitCode> {
             }
             println!("{}: valid", flow.display());
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Gpu {
+            node,
+            count,
+            fallback,
+            peer,
+        } => {
+            let mut device = videoflow_worker::config::DeviceConfig::from_environment(&env)
+                .map_err(|e| anyhow::anyhow!("{}", e.render()))?;
+            if let Some(c) = count {
+                device.gpu_count = c;
+            }
+            match fallback.as_deref() {
+                Some("none") => device.gpu_fallback = Some(GpuFallback::None),
+                Some(_) => device.gpu_fallback = Some(GpuFallback::Cpu),
+                None => {}
+            }
+            device.requires_peer_access |= peer;
+            let nvml = NvmlLibrary::shared(device.nvml_library.as_deref());
+            let smi = NvidiaSmi {
+                path: device.path.clone(),
+                ..NvidiaSmi::default()
+            };
+            let (doc, opened) = videoflow_worker::gpu::inspect::inspect(&node, &device, nvml, &smi);
+            println!("{doc}");
+            Ok(if opened {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(3)
+            })
         }
         Command::Compile { flow } => {
             let text = read(&flow)?;

@@ -1,6 +1,10 @@
 //! The GPU grant check (§18.2, GPU-1..4), table-driven over fake `nvidia-smi` executables put
 //! first on the probe's PATH: UUID and MIG masks, short grants, P2P matrices with NS/CNS
 //! cells, a missing binary, a binary that hangs, a binary that fails, and injected grant JSON.
+//! The probe is the worker's own (NVML first, `nvidia-smi` second); NVML is the real library
+//! opened from a path where it is not (the case on a machine without a driver), or a
+//! recorded enumeration of the same host the fake `nvidia-smi` prints, which both probes
+//! must read alike.
 //!
 //! Every case runs in one test function, sequentially: writing an executable while another
 //! test thread forks is the classic "text file busy" race.
@@ -11,8 +15,63 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use videoflow_core::errors::ErrorCode;
 use videoflow_core::model::GpuFallback;
+use videoflow_core::scaling::Observation;
 use videoflow_worker::config::{DeviceConfig, DeviceType};
-use videoflow_worker::gpu::{self, DeliveredGrant, GrantSource, NvidiaSmi};
+use videoflow_worker::gpu::nvml::{
+    self, Card, DeviceSample, Inventory, MigInstance, NvmlLibrary, NvmlSource, P2pCell, Recorded,
+};
+use videoflow_worker::gpu::{
+    self, DeliveredGrant, GpuProbe, GrantSource, HostProbe, Masks, NvidiaSmi,
+};
+
+/// NVML opened from a path where there is none: the real library code, deterministically
+/// absent even on a machine with a driver.
+fn absent_nvml() -> NvmlLibrary {
+    NvmlLibrary::at("/nonexistent/videoflow-test/libnvidia-ml.so.1")
+}
+
+/// The host of [`QUERY`]/[`LIST`] as NVML reports it.
+fn recorded_inventory(p2p: &str) -> Inventory {
+    let card = |index: u32, uuid: &str| Card {
+        index,
+        uuid: uuid.to_owned(),
+        name: "NVIDIA H200".to_owned(),
+        memory_total_bytes: Some(143_771 * 1024 * 1024 + 4096),
+        memory_used_bytes: Some(0),
+        compute_mode: Some("default".to_owned()),
+        ..Card::default()
+    };
+    let mig = |uuid: &str| MigInstance {
+        uuid: uuid.to_owned(),
+        name: "NVIDIA H200 MIG 1g.18gb".to_owned(),
+        memory_total_bytes: Some(18 * 1024 * 1024 * 1024),
+        memory_used_bytes: Some(0),
+    };
+    Inventory {
+        driver_version: "570.00".to_owned(),
+        cards: vec![
+            card(0, "GPU-aaaa1111"),
+            Card {
+                mig_enabled: true,
+                mig: vec![mig("MIG-cccc3333"), mig("MIG-dddd4444")],
+                compute_mode: Some("exclusive_process".to_owned()),
+                ..card(1, "GPU-bbbb2222")
+            },
+        ],
+        p2p: vec![
+            P2pCell {
+                from: 0,
+                to: 1,
+                status: p2p.to_owned(),
+            },
+            P2pCell {
+                from: 1,
+                to: 0,
+                status: p2p.to_owned(),
+            },
+        ],
+    }
+}
 
 const QUERY: &str =
     "0, GPU-aaaa1111, NVIDIA H200, 143771, 0\n1, GPU-bbbb2222, NVIDIA H200, 143771, 0\n";
@@ -96,6 +155,10 @@ struct Case {
     requested: i64,
     fallback: GpuFallback,
     peer: bool,
+    /// `NVIDIA_VISIBLE_DEVICES`.
+    nvidia: Option<&'static str>,
+    /// NVML's answer; `None` = the library is absent.
+    nvml: Option<Inventory>,
     want: Want,
 }
 
@@ -124,6 +187,8 @@ fn cases() -> Vec<Case> {
         requested,
         fallback,
         peer: false,
+        nvidia: None,
+        nvml: None,
         want,
     };
     let both = &["GPU-aaaa1111", "GPU-bbbb2222"];
@@ -234,7 +299,7 @@ fn cases() -> Vec<Case> {
                     execution: "unknown",
                     peer: serde_json::Value::Null,
                     problem: Some(
-                        "the GPU namespace could not be enumerated (missing: nvidia-smi is not on PATH (no NVIDIA driver))",
+                        "the GPU namespace could not be enumerated (missing: nvidia-smi is not on PATH (no NVIDIA driver); NVML: missing: /nonexistent/videoflow-test/libnvidia-ml.so.1 could not be loaded (no NVIDIA driver): /nonexistent/videoflow-test/libnvidia-ml.so.1: cannot open shared object file: No such file or directory)",
                     ),
                 },
             )
@@ -247,7 +312,7 @@ fn cases() -> Vec<Case> {
                 1,
                 Hard,
                 Want::Refused(
-                    "Node det requires 1 GPU(s) but its grant cannot be verified: the GPU namespace could not be enumerated (missing: nvidia-smi is not on PATH (no NVIDIA driver)).",
+                    "Node det requires 1 GPU(s) but its grant cannot be verified: the GPU namespace could not be enumerated (missing: nvidia-smi is not on PATH (no NVIDIA driver); NVML: missing: /nonexistent/videoflow-test/libnvidia-ml.so.1 could not be loaded",
                 ),
             )
         },
@@ -348,7 +413,9 @@ fn cases() -> Vec<Case> {
                 None,
                 2,
                 Cpu,
-                Want::Refused("(malformed: nvidia-smi topo -p2p r printed no matrix)"),
+                Want::Refused(
+                    "(malformed: nvidia-smi topo -p2p r printed no matrix; NVML: missing:",
+                ),
             )
         },
         Case {
@@ -440,6 +507,139 @@ fn cases() -> Vec<Case> {
                 Want::Config,
             )
         },
+        // Kubernetes' device plugin: NVIDIA_VISIBLE_DEVICES by UUID, MIG UUID and ordinal.
+        Case {
+            nvidia: Some("GPU-bbbb2222"),
+            ..base(
+                "k8s_nvidia_visible_devices_by_card_uuid",
+                None,
+                1,
+                Hard,
+                ok(Enumeration, &["GPU-bbbb2222"], "gpu"),
+            )
+        },
+        Case {
+            nvidia: Some("MIG-dddd4444"),
+            ..base(
+                "k8s_nvidia_visible_devices_by_mig_uuid",
+                None,
+                1,
+                Hard,
+                ok(Enumeration, &["MIG-dddd4444"], "gpu"),
+            )
+        },
+        Case {
+            nvidia: Some("1"),
+            ..base(
+                "k8s_nvidia_visible_devices_ordinal_on_a_host_that_sees_more_cards",
+                None,
+                1,
+                Hard,
+                ok(Enumeration, &["GPU-bbbb2222"], "gpu"),
+            )
+        },
+        Case {
+            nvidia: Some("5,7"),
+            ..base(
+                "k8s_ordinals_already_applied_by_the_container_runtime",
+                None,
+                2,
+                Hard,
+                ok(Enumeration, &["GPU-aaaa1111", "GPU-bbbb2222"], "gpu"),
+            )
+        },
+        Case {
+            nvidia: Some("all"),
+            ..base(
+                "k8s_all_selects_nothing_more",
+                None,
+                2,
+                Hard,
+                ok(Enumeration, &["GPU-aaaa1111", "GPU-bbbb2222"], "gpu"),
+            )
+        },
+        Case {
+            nvidia: Some("GPU-aaaa1111"),
+            ..base(
+                "k8s_cuda_visible_devices_wins_over_the_device_plugin_list",
+                Some("1"),
+                1,
+                Hard,
+                ok(Enumeration, &["GPU-bbbb2222"], "gpu"),
+            )
+        },
+        Case {
+            nvidia: Some("GPU-aaaa1111"),
+            ..base(
+                "k8s_short_uuid_grant_none_refuses",
+                None,
+                2,
+                Hard,
+                Want::Refused(
+                    "Node det requires 2 GPU(s); requested 2 device(s), delivered 1 (GPU-aaaa1111) (mask 'GPU-aaaa1111', source enumeration).",
+                ),
+            )
+        },
+        Case {
+            nvidia: Some("GPU-aaaa1111"),
+            ..base(
+                "k8s_short_uuid_grant_cpu_opens_with_the_report",
+                None,
+                2,
+                Cpu,
+                Want::Ok {
+                    source: Enumeration,
+                    delivered: &["GPU-aaaa1111"],
+                    execution: "gpu",
+                    peer: serde_json::Value::Null,
+                    problem: Some("requested 2 device(s), delivered 1 (GPU-aaaa1111)"),
+                },
+            )
+        },
+        // NVML answers first: the same host from the recording, nvidia-smi not needed.
+        Case {
+            smi: Smi::Missing,
+            nvml: Some(recorded_inventory("OK")),
+            ..base(
+                "nvml_enumerates_mig_by_uuid_without_nvidia_smi",
+                Some("MIG-cccc"),
+                1,
+                Hard,
+                ok(Enumeration, &["MIG-cccc3333"], "gpu"),
+            )
+        },
+        Case {
+            smi: Smi::Missing,
+            peer: true,
+            nvml: Some(recorded_inventory("OK")),
+            ..base(
+                "nvml_p2p_ok",
+                Some("0,1"),
+                2,
+                Hard,
+                Want::Ok {
+                    source: Enumeration,
+                    delivered: both,
+                    execution: "gpu",
+                    peer: json!(true),
+                    problem: None,
+                },
+            )
+        },
+        Case {
+            smi: Smi::Missing,
+            peer: true,
+            nvml: Some(recorded_inventory("TNS")),
+            ..base(
+                "nvml_p2p_not_supported_refuses_naming_nvml",
+                None,
+                2,
+                Cpu,
+                Want::Refused(
+                    "Node det requires peer access between its devices, and the delivered pair ['GPU-aaaa1111', 'GPU-bbbb2222'] has none (NVML P2P status).",
+                ),
+            )
+        },
     ]
 }
 
@@ -449,7 +649,17 @@ fn gpu_1_to_4_decision_table_with_fake_nvidia_smi() {
     let mut failures = Vec::new();
     for case in cases() {
         let dir = root.join(case.name);
-        let probe = probe(&dir, &case.smi);
+        let smi = probe(&dir, &case.smi);
+        let absent = absent_nvml();
+        let recorded = case.nvml.clone().map(|i| Recorded {
+            inventory: Observation::Known(i),
+            samples: Vec::new(),
+        });
+        let nvml: &dyn NvmlSource = match &recorded {
+            Some(r) => r,
+            None => &absent,
+        };
+        let probe = HostProbe { nvml, smi };
         let device = DeviceConfig {
             device_type: DeviceType::Gpu,
             gpu_count: case.requested,
@@ -459,11 +669,17 @@ fn gpu_1_to_4_decision_table_with_fake_nvidia_smi() {
             gpu_grant_json: case.grant.as_ref().map(|g| g.to_string()),
             assets: Vec::new(),
             cuda_visible_devices: None,
+            nvidia_visible_devices: None,
+            nvml_library: None,
             path: None,
             hostname: None,
         };
+        let masks = Masks {
+            cuda: case.mask,
+            nvidia: case.nvidia,
+        };
         let started = Instant::now();
-        let got = gpu::check_node("det", true, &device, case.mask, &probe);
+        let got = gpu::check_node("det", true, &device, masks, &probe);
         assert!(
             started.elapsed() < Duration::from_secs(5),
             "{}: a hanging nvidia-smi must be bounded",
@@ -526,6 +742,8 @@ fn gpu_2_report_dict_shape_and_a_cpu_node_is_not_checked() {
         gpu_grant_json: None,
         assets: Vec::new(),
         cuda_visible_devices: None,
+        nvidia_visible_devices: None,
+        nvml_library: None,
         path: None,
         hostname: None,
     };
@@ -533,13 +751,16 @@ fn gpu_2_report_dict_shape_and_a_cpu_node_is_not_checked() {
         path: Some("/nonexistent".into()),
         timeout: Duration::from_millis(100),
     };
-    assert_eq!(gpu::check_node("n", true, &device, None, &none), Ok(None));
+    assert_eq!(
+        gpu::check_node("n", true, &device, Masks::default(), &none),
+        Ok(None)
+    );
     let gpu_device = DeviceConfig {
         device_type: DeviceType::Gpu,
         ..device
     };
     assert_eq!(
-        gpu::check_node("n", false, &gpu_device, None, &none),
+        gpu::check_node("n", false, &gpu_device, Masks::default(), &none),
         Ok(None),
         "producers and consumers are CPU nodes"
     );
@@ -549,7 +770,11 @@ fn gpu_2_report_dict_shape_and_a_cpu_node_is_not_checked() {
     .expect("parses");
     assert_eq!(grant.host, "observed");
     assert!(!grant.exclusive);
-    let r = gpu::report(1, Some("0"), Some(&grant), &none);
+    let masks = Masks {
+        cuda: Some("0"),
+        nvidia: None,
+    };
+    let r = gpu::report(1, masks, Some(&grant), &none);
     let j = r.to_json();
     assert_eq!(
         j,
@@ -558,4 +783,115 @@ fn gpu_2_report_dict_shape_and_a_cpu_node_is_not_checked() {
                "evidence": {"policy": ""}})
     );
     assert!(DeliveredGrant::parse("not json").is_err());
+}
+
+/// Fake-binary helper for the tests below: a host answering the inventory.
+fn smi_host(name: &str) -> (PathBuf, NvidiaSmi) {
+    let dir = std::env::temp_dir().join(format!("vf-gpu-{name}-{}", std::process::id()));
+    let smi = probe(&dir, &host());
+    (dir, smi)
+}
+
+/// GPU-2 with both probes: recorded outputs of NVML and of `nvidia-smi` (`--query-gpu` and
+/// `-L` through the fake binary) read as the same identities; a changed recording differs,
+/// naming the field.
+#[test]
+fn nvml_and_nvidia_smi_recordings_of_one_host_agree() {
+    let (dir, smi) = smi_host("agree");
+    let from_smi = smi.host_devices();
+    assert_eq!(from_smi.probe, "nvidia-smi");
+    let Observation::Known(from_smi) = from_smi.answer else {
+        panic!("the fake nvidia-smi answers: {from_smi:?}");
+    };
+    let from_nvml = recorded_inventory("OK").identities();
+    assert_eq!(from_nvml.len(), 4, "two cards, two MIG instances");
+    assert_eq!(
+        nvml::differences(&from_nvml, &from_smi),
+        Vec::<String>::new()
+    );
+    assert_eq!(from_nvml[2].mig_profile.as_deref(), Some("1g.18gb"));
+    assert_eq!(
+        from_nvml[2].ordinal,
+        Some(1),
+        "a MIG instance carries its card's ordinal"
+    );
+
+    let mut changed = recorded_inventory("OK");
+    changed.cards[1].mig[1].uuid = "MIG-eeee5555".to_owned();
+    changed.cards[0].memory_total_bytes = Some(80 * 1024 * 1024 * 1024);
+    let diffs = nvml::differences(&changed.identities(), &from_smi);
+    assert!(
+        diffs.iter().any(|d| d.contains("mig_uuid")) && diffs.iter().any(|d| d.contains("memory")),
+        "{diffs:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// GPU-2: with the real library absent the probe falls back to `nvidia-smi`, and the report
+/// says which probe answered and why NVML did not; NVML answering is named too.
+#[test]
+fn evidence_names_the_probe_that_answered() {
+    let (dir, smi) = smi_host("evidence");
+    let absent = absent_nvml();
+    let fallback = HostProbe {
+        nvml: &absent,
+        smi: smi.clone(),
+    };
+    let r = gpu::report(1, Masks::default(), None, &fallback);
+    assert_eq!(r.source, GrantSource::Enumeration);
+    assert_eq!(r.evidence["probe"], "nvidia-smi");
+    assert!(
+        r.evidence["probe_nvml"]
+            .starts_with("missing: /nonexistent/videoflow-test/libnvidia-ml.so.1"),
+        "{:?}",
+        r.evidence
+    );
+    let recorded = Recorded {
+        inventory: Observation::Known(recorded_inventory("OK")),
+        samples: Vec::new(),
+    };
+    let first = HostProbe {
+        nvml: &recorded,
+        smi,
+    };
+    let r = gpu::report(
+        1,
+        Masks {
+            cuda: Some("1"),
+            nvidia: None,
+        },
+        None,
+        &first,
+    );
+    assert_eq!(r.evidence["probe"], "nvml");
+    assert!(!r.evidence.contains_key("probe_nvml"));
+    assert_eq!(r.evidence["compute_mode"], "GPU-bbbb2222=exclusive_process");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The recorded source replays samples for the granted ids only, and none when its
+/// inventory is unknown (what the metrics render as unobserved).
+#[test]
+fn recorded_samples_follow_the_inventory() {
+    let s = DeviceSample {
+        id: "GPU-aaaa1111".to_owned(),
+        utilization: Some(0.5),
+        ..DeviceSample::default()
+    };
+    let known = Recorded {
+        inventory: Observation::Known(recorded_inventory("OK")),
+        samples: vec![s.clone()],
+    };
+    assert_eq!(
+        known.samples(&["GPU-aaaa1111".to_owned(), "GPU-zzzz".to_owned()]),
+        Observation::Known(vec![s.clone()])
+    );
+    let unknown = Recorded {
+        inventory: Observation::unknown("missing", "no library"),
+        samples: vec![s],
+    };
+    assert!(matches!(
+        unknown.samples(&["GPU-aaaa1111".to_owned()]),
+        Observation::Unknown { .. }
+    ));
 }

@@ -233,6 +233,11 @@ fn asset_2_gpu_3_refusals_exit_3_with_the_termination_record() {
             ("VF_GPU_FALLBACK", "none"),
             ("VF_GPU_COUNT", "1"),
             ("PATH", path.as_str()),
+            // NVML from a path where there is none, so the refusal holds on a GPU machine too.
+            (
+                "VF_NVML_LIBRARY",
+                "/nonexistent/videoflow-test/libnvidia-ml.so.1",
+            ),
         ],
     );
     // Nothing is provisioned: both refuse before any connection.
@@ -264,7 +269,7 @@ fn asset_2_gpu_3_refusals_exit_3_with_the_termination_record() {
     assert_eq!(record["code"], "VF_RESOURCE_UNAVAILABLE");
     assert_eq!(
         record["message"],
-        "Node model requires 1 GPU(s) but its grant cannot be verified: the GPU namespace could not be enumerated (missing: nvidia-smi is not on PATH (no NVIDIA driver))."
+        "Node model requires 1 GPU(s) but its grant cannot be verified: the GPU namespace could not be enumerated (missing: nvidia-smi is not on PATH (no NVIDIA driver); NVML: missing: /nonexistent/videoflow-test/libnvidia-ml.so.1 could not be loaded (no NVIDIA driver): /nonexistent/videoflow-test/libnvidia-ml.so.1: cannot open shared object file: No such file or directory)."
     );
     assert!(
         record["remedy"]

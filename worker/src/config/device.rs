@@ -1,6 +1,6 @@
 //! The device variables (design §5, ENV-14, §18): `VF_DEVICE_TYPE`, the GPU request and grant,
 //! `VF_ASSETS_JSON`, and the host facts the GPU and asset checks read (`CUDA_VISIBLE_DEVICES`,
-//! `PATH` for `nvidia-smi`, `HOSTNAME` for portable assets).
+//! `NVIDIA_VISIBLE_DEVICES`, `PATH` for `nvidia-smi`, `HOSTNAME` for portable assets).
 
 use std::ffi::OsString;
 
@@ -41,10 +41,23 @@ pub struct DeviceConfig {
     pub assets: Vec<AssetDecl>,
     /// `CUDA_VISIBLE_DEVICES`: the device mask the grant check reads (§18.2).
     pub cuda_visible_devices: Option<String>,
+    /// `NVIDIA_VISIBLE_DEVICES`: the devices Kubernetes' device plugin selected for the
+    /// container (ordinals, `GPU-…` or `MIG-…` UUIDs, `all`, `none`, `void`).
+    pub nvidia_visible_devices: Option<String>,
+    /// `VF_NVML_LIBRARY`: the NVML library to open instead of `libnvidia-ml.so.1` (a driver
+    /// installed outside the loader's path).
+    pub nvml_library: Option<String>,
     /// `PATH`, where the GPU probe looks for `nvidia-smi`.
     pub path: Option<OsString>,
     /// `HOSTNAME` when non-empty: the host a non-portable asset is bound to (ASSET-1).
     pub hostname: Option<String>,
+}
+
+impl DeviceConfig {
+    /// The device variables alone (the `gpu` inspection command reads only these).
+    pub fn from_environment(env: &super::Environment) -> Result<DeviceConfig, VfError> {
+        parse_device(&Env(env.vars()))
+    }
 }
 
 /// The design §5 device variables and `VF_ASSETS_JSON`.
@@ -125,6 +138,8 @@ pub(super) fn parse_device(env: &Env<'_>) -> Result<DeviceConfig, VfError> {
         gpu_grant_json: env.non_empty("VF_GPU_GRANT_JSON").map(str::to_owned),
         assets,
         cuda_visible_devices: env.get("CUDA_VISIBLE_DEVICES").map(str::to_owned),
+        nvidia_visible_devices: env.get("NVIDIA_VISIBLE_DEVICES").map(str::to_owned),
+        nvml_library: env.non_empty("VF_NVML_LIBRARY").map(str::to_owned),
         path: env.get("PATH").map(OsString::from),
         hostname: env.non_empty("HOSTNAME").map(str::to_owned),
     })

@@ -32,6 +32,7 @@ pub use metrics::{Metrics, Throughput};
 pub const LIVENESS_STALL: Duration = Duration::from_secs(60);
 
 type BrokerProbe = Box<dyn Fn() -> bool + Send + Sync>;
+type ExtraLines = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// Readiness, liveness and metrics of one worker, shared by the loops and the server.
 pub struct HealthState {
@@ -40,6 +41,7 @@ pub struct HealthState {
     started: Instant,
     last_beat_ms: AtomicU64,
     broker_up: Mutex<Option<BrokerProbe>>,
+    extra: Mutex<Option<ExtraLines>>,
 }
 
 impl std::fmt::Debug for HealthState {
@@ -60,6 +62,7 @@ impl HealthState {
             started: Instant::now(),
             last_beat_ms: AtomicU64::new(0),
             broker_up: Mutex::new(None),
+            extra: Mutex::new(None),
         }
     }
 
@@ -113,9 +116,42 @@ impl HealthState {
         f(&mut guard)
     }
 
-    /// The `/metrics` body.
+    /// Sets lines appended to `/metrics` after the HEALTH-3 ones (a GPU node's device
+    /// figures). `lines` may block (it reads a driver): the server calls it off the async
+    /// runtime. Each line it returns ends in `\n`.
+    pub fn set_extra_metrics(&self, lines: impl Fn() -> String + Send + Sync + 'static) {
+        if let Ok(mut e) = self.extra.lock() {
+            *e = Some(Arc::new(lines));
+        }
+    }
+
+    /// The `/metrics` body without the extra lines.
     pub fn render(&self) -> String {
         self.with_metrics(|m| m.render())
+    }
+
+    /// The whole `/metrics` body: HEALTH-3, then the extra lines. Blocking.
+    pub fn render_all(&self) -> String {
+        let base = self.render();
+        let extra = self
+            .extra
+            .lock()
+            .ok()
+            .and_then(|e| e.clone())
+            .map(|f| f())
+            .unwrap_or_default();
+        join_exposition(base, &extra)
+    }
+}
+
+/// HEALTH-3's body (`\n` when empty) followed by more lines, still one final `\n`.
+fn join_exposition(base: String, extra: &str) -> String {
+    if extra.is_empty() {
+        base
+    } else if base == "\n" {
+        extra.to_owned()
+    } else {
+        base + extra
     }
 }
 
@@ -219,7 +255,17 @@ pub async fn serve(state: Arc<HealthState>, port: u16) -> Result<HealthServer, V
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let app = axum::Router::new().fallback(move |uri: Uri| {
         let state = state.clone();
-        async move { respond(&state, &uri) }
+        async move {
+            if uri.path_and_query().map_or("", |p| p.as_str()) == "/metrics" {
+                let (status, body) =
+                    match tokio::task::spawn_blocking(move || state.render_all()).await {
+                        Ok(body) => (StatusCode::OK, body),
+                        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("metrics: {e}")),
+                    };
+                return (status, [(header::CONTENT_TYPE, "text/plain")], body).into_response();
+            }
+            respond(&state, &uri)
+        }
     });
     tokio::spawn(async move {
         let server = axum::serve(listener, app).with_graceful_shutdown(async {
@@ -301,6 +347,42 @@ mod tests {
         assert!(get("/metrics").await.ends_with("\r\n\r\n\n"));
         assert!(get("/metrics?x=1").await.starts_with("HTTP/1.1 404"));
         assert!(get("/nope").await.ends_with("not found"));
+        server.stop();
+    }
+
+    /// A GPU node's scrape on a machine without NVML: the HEALTH-3 lines, then the GPU lines
+    /// saying unobserved (with the reason) — no utilisation or memory figure, never zeros.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn gpu_metrics_without_nvml_say_unobserved_on_the_scrape() {
+        use crate::gpu::nvml::{NvmlLibrary, NvmlSource};
+        let state = Arc::new(HealthState::new("det"));
+        state.with_metrics(|m| m.incr("messages_received", 2));
+        let lib = NvmlLibrary::at("/nonexistent/videoflow-test/libnvidia-ml.so.1");
+        let ids = vec!["GPU-aaaa1111".to_owned()];
+        state.set_extra_metrics(move || {
+            crate::gpu::metrics::render("det", &ids, &lib.samples(&ids))
+        });
+        let server = serve(state.clone(), 0).await.expect("binds");
+        let port = server.local_addr.port();
+        let body = tokio::task::spawn_blocking(move || http_get(port, "/metrics"))
+            .await
+            .expect("join");
+        let expected_reason = if cfg!(feature = "nvml") {
+            "missing"
+        } else {
+            "unavailable"
+        };
+        assert!(
+            body.ends_with(&format!(
+                "\r\n\r\nvideoflow_messages_received_total{{node=\"det\"}} 2\n\
+                 videoflow_gpu_observed{{node=\"det\",device=\"GPU-aaaa1111\",reason=\"{expected_reason}\"}} 0\n"
+            )),
+            "{body}"
+        );
+        assert!(
+            !body.contains("utilization") && !body.contains("memory_used"),
+            "{body}"
+        );
         server.stop();
     }
 

@@ -9,7 +9,8 @@ use videoflow_core::scaling::Observation;
 
 use crate::broker::{BoundDurable, Broker};
 use crate::config::WorkerConfig;
-use crate::gpu::{self, NvidiaSmi};
+use crate::gpu::nvml::{NvmlLibrary, NvmlSource};
+use crate::gpu::{self, HostProbe, Masks, NvidiaSmi};
 use crate::health::{self, HealthServer};
 use crate::supervision::{
     PendingProbe, ProgressDeadline, ProgressWatchdog, exit_process, monotonic_clock,
@@ -19,7 +20,8 @@ use crate::supervision::{
 const PENDING_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// START-1 step 6: the GPU grant check (processors with `VF_DEVICE_TYPE=gpu`), then the
-/// asset check, both off the async runtime (they run `nvidia-smi` and hash files).
+/// asset check, both off the async runtime (they load NVML or run `nvidia-smi`, and hash
+/// files). A checked GPU node's `/metrics` then carries its granted devices' figures.
 pub(crate) async fn device_checks(
     cfg: &Arc<WorkerConfig>,
     is_processor: bool,
@@ -27,17 +29,24 @@ pub(crate) async fn device_checks(
     let cfg = cfg.clone();
     tokio::task::spawn_blocking(move || {
         let device = &cfg.device;
-        let probe = NvidiaSmi {
-            path: device.path.clone(),
-            ..NvidiaSmi::default()
+        let probe = HostProbe {
+            nvml: NvmlLibrary::shared(device.nvml_library.as_deref()),
+            smi: NvidiaSmi {
+                path: device.path.clone(),
+                ..NvidiaSmi::default()
+            },
         };
-        gpu::check_node(
-            &cfg.node_name,
-            is_processor,
-            device,
-            device.cuda_visible_devices.as_deref(),
-            &probe,
-        )?;
+        let masks = Masks {
+            cuda: device.cuda_visible_devices.as_deref(),
+            nvidia: device.nvidia_visible_devices.as_deref(),
+        };
+        let report = gpu::check_node(&cfg.node_name, is_processor, device, masks, &probe)?;
+        if let (Some(report), Some(state)) = (report, health::global()) {
+            let node = cfg.node_name.clone();
+            let ids: Vec<String> = report.delivered.iter().map(|d| d.id()).collect();
+            let nvml = NvmlLibrary::shared(device.nvml_library.as_deref());
+            state.set_extra_metrics(move || gpu::metrics::render(&node, &ids, &nvml.samples(&ids)));
+        }
         crate::assets::verify_assets(
             &cfg.node_name,
             &crate::assets::hostname(device.hostname.as_deref()),
