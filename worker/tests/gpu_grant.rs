@@ -10,7 +10,7 @@
 //! test thread forks is the classic "text file busy" race.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use videoflow_core::errors::ErrorCode;
@@ -678,13 +678,10 @@ fn gpu_1_to_4_decision_table_with_fake_nvidia_smi() {
             cuda: case.mask,
             nvidia: case.nvidia,
         };
-        let started = Instant::now();
+        // A hanging nvidia-smi is bounded by the probe's timeout: the hanging cases expect the
+        // "timeout" reason, which only a killed call gives (the fake would otherwise answer
+        // nothing after 30 s, a different reason).
         let got = gpu::check_node("det", true, &device, masks, &probe);
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{}: a hanging nvidia-smi must be bounded",
-            case.name
-        );
         let verdict = match (&case.want, got) {
             (
                 Want::Ok {

@@ -26,6 +26,7 @@ pub mod check;
 mod encode;
 #[cfg(feature = "video")]
 pub mod images;
+#[cfg(feature = "video")]
 pub mod live;
 #[cfg(feature = "video")]
 mod media;
