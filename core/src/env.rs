@@ -186,14 +186,18 @@ pub fn render_node_env(
     Ok(env)
 }
 
+/// `VF_CREDIT_MESSAGES` of a single-parent node (STREAM-15a): the Flow's `credit.messages`,
+/// else [`DEFAULT_CREDIT_MESSAGES`]; `None` for producers and joins. The provision job
+/// derives its durables from the same function.
+pub fn credit_messages(spec: &NodeSpec) -> Option<i64> {
+    (spec.parents.len() == 1).then(|| spec.credit_messages.unwrap_or(DEFAULT_CREDIT_MESSAGES))
+}
+
 /// STREAM-15a: a single-parent node's credit, the Flow's or [`DEFAULT_CREDIT_MESSAGES`]; the
 /// byte bound only when the Flow sets one. Joins size theirs from the join policy.
 fn render_credit(spec: &NodeSpec, decl: Option<&NodeDecl>, lit: &mut impl FnMut(&str, String)) {
     let credit = decl.and_then(|d| d.credit.as_ref());
-    if spec.parents.len() == 1 {
-        let messages = credit
-            .and_then(|c| c.messages)
-            .unwrap_or(DEFAULT_CREDIT_MESSAGES);
+    if let Some(messages) = credit_messages(spec) {
         lit("VF_CREDIT_MESSAGES", messages.to_string());
     }
     if let Some(bytes) = credit.and_then(|c| c.bytes) {
