@@ -187,6 +187,22 @@ def main():
                 "≥ 25 %", share >= 0.25)
         for who in ("producer", "identity", "sink"):
             row(f"CPU-µs per message with the file ledger, {who}", rng(il[f"cpu_ms_per_1000_{who}"], 1), "—", None)
+    for r in flow.get("identity_credit", {}).get("credits", []):
+        row(f"Identity hop, file ledger, credit {r['credit_messages']} msgs/replica (msg/s; CPU-µs/msg)",
+            f"{rng(r['identity_msgs_s'])}; {rng(r['cpu_ms_per_1000_identity'])}", "—", None)
+    vs = flow.get("versus_reference", {})
+    for store, target in (("file", 50), ("memory", 30)):
+        v = vs.get(store)
+        if not v:
+            continue
+        row(f"Identity hop, {store} ledger: ours / reference 1.0.4 (msg/s)",
+            f"{rng(v['ours_msgs_s'])} / {rng(v['reference_msgs_s'])}", "—", None)
+        worst = v["ratio"]["min"]
+        summary[f"versus_reference_{store}_worst"] = worst
+        row(f"Identity hop, {store} ledger: ours ÷ reference, same run (worst repetition)",
+            f"{worst:.1f}× (all: {rng(v['ratio'], 1)})", f"≥ {target}×", worst >= target)
+        row(f"CPU-µs per message, identity, {store} ledger: ours / reference",
+            f"{rng(v['ours_cpu_us_per_msg_identity'])} / {rng(v['reference_cpu_us_per_msg_identity'])}", "—", None)
     ov = flow.get("realtime_overload", {})
     if "median_ms" in ov:
         row("REALTIME overload 100 msg/s → 25 ms stage: delivered", f"{ov['delivered_fraction']:.1%} (stage capacity 40 %)", "—", None)

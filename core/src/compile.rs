@@ -76,6 +76,10 @@ pub struct NodeSpec {
     /// `{delivery, on_error}` overrides, or `None` for the flow-type preset.
     #[serde(default)]
     pub delivery: Option<Json>,
+    /// The Flow's `credit.messages` (STREAM-15a), so the provision job creates the durables
+    /// it asks for. Absent from `specs.json` unless set: a 1.0.4 job reads the same records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credit_messages: Option<i64>,
 }
 
 fn one() -> i64 {
@@ -312,5 +316,6 @@ fn node_spec(n: &NodeDecl, spec: &FlowSpec) -> NodeSpec {
         blob_readers: None,
         gpu_memory_gib: None,
         delivery,
+        credit_messages: n.credit.as_ref().and_then(|c| c.messages),
     }
 }

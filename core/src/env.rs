@@ -12,7 +12,9 @@ use serde_json::json;
 
 use crate::compile::{CompiledFlow, NodeSpec};
 use crate::envelope::ENVELOPE_VERSION;
-use crate::model::{FlowDocument, GpuFallback, NodeDecl, StoreRef, ValueFrom};
+use crate::model::{
+    DEFAULT_CREDIT_MESSAGES, FlowDocument, GpuFallback, NodeDecl, StoreRef, ValueFrom,
+};
 
 /// The health port control planes give workers on Kubernetes (each pod has its own IP).
 pub const KUBERNETES_HEALTH_PORT: u16 = 8080;
@@ -125,6 +127,7 @@ pub fn render_node_env(
     if let Some(r) = spec.blob_readers {
         lit("VF_BLOB_READERS", r.to_string());
     }
+    render_credit(spec, decl, &mut lit);
     render_device(spec, decl, &mut lit);
     let streams = doc.spec.broker.as_ref().and_then(|b| b.stream_replicas);
     if let Some(n) = streams.filter(|n| *n > 1) {
@@ -181,6 +184,25 @@ pub fn render_node_env(
         }
     }
     Ok(env)
+}
+
+/// `VF_CREDIT_MESSAGES` of a single-parent node (STREAM-15a): the Flow's `credit.messages`,
+/// else [`DEFAULT_CREDIT_MESSAGES`]; `None` for producers and joins. The provision job
+/// derives its durables from the same function.
+pub fn credit_messages(spec: &NodeSpec) -> Option<i64> {
+    (spec.parents.len() == 1).then(|| spec.credit_messages.unwrap_or(DEFAULT_CREDIT_MESSAGES))
+}
+
+/// STREAM-15a: a single-parent node's credit, the Flow's or [`DEFAULT_CREDIT_MESSAGES`]; the
+/// byte bound only when the Flow sets one. Joins size theirs from the join policy.
+fn render_credit(spec: &NodeSpec, decl: Option<&NodeDecl>, lit: &mut impl FnMut(&str, String)) {
+    let credit = decl.and_then(|d| d.credit.as_ref());
+    if let Some(messages) = credit_messages(spec) {
+        lit("VF_CREDIT_MESSAGES", messages.to_string());
+    }
+    if let Some(bytes) = credit.and_then(|c| c.bytes) {
+        lit("VF_PREFETCH_BYTES", bytes.to_string());
+    }
 }
 
 /// Design §5 node declarations as environment, authoritative for builtin and exec nodes.

@@ -369,6 +369,9 @@ pub struct NodeDecl {
     /// GPU needs of a processor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<NodeGpu>,
+    /// Delivery credit per replica of a single-parent node (STREAM-15a).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credit: Option<NodeCredit>,
     /// Files the node needs, verified by checksum before it runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub assets: Vec<AssetDecl>,
@@ -533,6 +536,30 @@ impl OnError {
         }
     }
 }
+
+/// How much a replica of a single-parent node may hold un-acknowledged (STREAM-15a).
+///
+/// Why a knob: a replica's throughput is its credit divided by one message's round trip
+/// (process, publish receipt, ledger sync, ack), so a hop whose round trip is long — a
+/// durable ledger's fsync — needs more credit than STREAM-15's five to keep busy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeCredit {
+    /// Un-acked deliveries per replica, 1–4096 (default 64): the durable's `max_ack_pending`
+    /// is this times the replicas sharing it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<i64>,
+    /// Payload bytes per replica held before the worker stops fetching (`VF_PREFETCH_BYTES`;
+    /// default: no byte bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<i64>,
+}
+
+/// Un-acked deliveries per replica a single-parent node gets when its Flow does not say
+/// (docs/PERFORMANCE.md, "Credit": measured on the identity hop with the file ledger).
+pub const DEFAULT_CREDIT_MESSAGES: i64 = 64;
+/// The most un-acked deliveries per replica a Flow may ask for.
+pub const MAX_CREDIT_MESSAGES: i64 = 4096;
 
 /// GPU needs of a node.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

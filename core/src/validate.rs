@@ -17,7 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::join::policy::JoinPolicy;
 use crate::model::{
-    API_VERSION, FlowDocument, FlowSpec, FlowType, JoinMode, KIND, NodeDecl, NodeKind,
+    API_VERSION, FlowDocument, FlowSpec, FlowType, JoinMode, KIND, MAX_CREDIT_MESSAGES, NodeDecl,
+    NodeKind,
 };
 use crate::naming::Encoding;
 
@@ -538,6 +539,43 @@ fn check_node(
             ),
             "Set delivery on the nodes that consume it.",
         );
+    }
+    if let Some(credit) = &n.credit {
+        if n.parents.len() != 1 {
+            knob(
+                out,
+                "credit",
+                format!(
+                    "'{}' has {} parents and sets credit; only a single-parent node's credit is asked for (a join's comes from its join policy).",
+                    n.name,
+                    n.parents.len()
+                ),
+                "Remove credit; for a join, size join.maxPending instead.",
+            );
+        }
+        if let Some(m) = credit.messages
+            && !(1..=MAX_CREDIT_MESSAGES).contains(&m)
+        {
+            knob(
+                out,
+                "credit.messages",
+                format!(
+                    "'{}' asks for credit.messages={m}; it must lie in 1..={MAX_CREDIT_MESSAGES}.",
+                    n.name
+                ),
+                "Ask for between 1 and 4096 un-acked messages per replica, or remove credit.messages.",
+            );
+        }
+        if let Some(b) = credit.bytes
+            && b < 1
+        {
+            knob(
+                out,
+                "credit.bytes",
+                format!("'{}' asks for credit.bytes={b}.", n.name),
+                "Ask for at least one byte, or remove credit.bytes for no byte bound.",
+            );
+        }
     }
     if let Some(gpu) = &n.gpu {
         if n.kind != NodeKind::Processor {

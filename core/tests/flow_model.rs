@@ -264,6 +264,61 @@ fn knobs_only_where_they_mean_something() {
     }
 }
 
+/// STREAM-15a: `credit` only on a single-parent node, messages in 1..=4096, bytes ≥ 1.
+#[test]
+fn credit_is_checked_where_it_means_something() {
+    let text = flow(
+        "  - {name: src, kind: producer, credit: {messages: 8}, component: {builtin: p}}\n  - {name: b, kind: processor, parents: [src], credit: {messages: 0, bytes: 0}, component: {builtin: x}}\n  - {name: j, kind: consumer, parents: [src, b], credit: {messages: 5000}, component: {builtin: c}}\n",
+    );
+    let got = error_codes(&text);
+    let paths: Vec<&str> = got.iter().map(|(_, p)| p.as_str()).collect();
+    for want in [
+        "spec.nodes[0].credit",
+        "spec.nodes[1].credit.messages",
+        "spec.nodes[1].credit.bytes",
+        "spec.nodes[2].credit",
+        "spec.nodes[2].credit.messages",
+    ] {
+        assert!(paths.contains(&want), "missing {want} in {paths:#?}");
+    }
+    assert_eq!(paths.len(), 5, "{paths:#?}");
+    let fine = flow(
+        "  - {name: src, kind: producer, component: {builtin: p}}\n  - {name: b, kind: consumer, parents: [src], credit: {messages: 4096, bytes: 1}, component: {builtin: c}}\n",
+    );
+    assert!(error_codes(&fine).is_empty());
+}
+
+/// STREAM-15a: a single-parent node gets the Flow's credit or the default 64 as
+/// `VF_CREDIT_MESSAGES` (bytes as `VF_PREFETCH_BYTES`); a producer and a join get none.
+#[test]
+fn credit_renders_into_the_worker_environment() {
+    use videoflow_core::env::{EnvContext, render_node_env};
+    let text = flow(
+        "  - {name: src, kind: producer, component: {builtin: p}}\n  - {name: b, kind: processor, parents: [src], credit: {messages: 300, bytes: 1048576}, component: {builtin: x}}\n  - {name: c, kind: processor, parents: [src], component: {builtin: x}}\n  - {name: j, kind: consumer, parents: [b, c], component: {builtin: c}}\n",
+    );
+    let doc = parse_flow(&text).expect("parses");
+    let compiled = compile(&doc).expect("compiles");
+    let ctx = EnvContext {
+        default_nats_url: Some("nats://127.0.0.1:4222".into()),
+        health_port: 0,
+    };
+    let var = |node: &str, key: &str| {
+        render_node_env(&doc, &compiled, node, &ctx)
+            .expect("renders")
+            .get(key)
+            .and_then(|v| v.literal().map(str::to_owned))
+    };
+    assert_eq!(var("b", "VF_CREDIT_MESSAGES").as_deref(), Some("300"));
+    assert_eq!(var("b", "VF_PREFETCH_BYTES").as_deref(), Some("1048576"));
+    assert_eq!(
+        var("c", "VF_CREDIT_MESSAGES"),
+        Some(videoflow_core::model::DEFAULT_CREDIT_MESSAGES.to_string())
+    );
+    assert_eq!(var("c", "VF_PREFETCH_BYTES"), None);
+    assert_eq!(var("src", "VF_CREDIT_MESSAGES"), None);
+    assert_eq!(var("j", "VF_CREDIT_MESSAGES"), None);
+}
+
 #[test]
 fn join_rules_have_field_paths() {
     let join = |j: &str, replicas: i32| {

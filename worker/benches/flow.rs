@@ -176,6 +176,31 @@ fn sample_proc(pid: u32) -> Option<(u64, u64, u64)> {
 // ---------------------------------------------------------------------------------------------
 // A Flow under measurement: its own nats-server, real worker processes.
 
+/// The checkout's root (benches run in their crate's directory).
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The reference venv's interpreter: `$VF_REF_PYTHON` (scripts/env.sh sets it), else
+/// `~/.cache/videoflow/refvenv/bin/python`.
+fn reference_python() -> R<PathBuf> {
+    let python = std::env::var_os("VF_REF_PYTHON")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/videoflow/refvenv/bin/python")
+        });
+    if python.is_file() {
+        Ok(python)
+    } else {
+        Err(format!(
+            "the reference venv is missing ({}): run scripts/install-deps",
+            python.display()
+        ))
+    }
+}
+
 struct Proc {
     node: String,
     replica: i64,
@@ -234,6 +259,13 @@ impl Bench {
 
     /// Starts every replica of `node` with `extra` variables.
     fn spawn(&mut self, node: &str, extra: &[(&str, &str)]) -> R<()> {
+        self.spawn_on(node, extra, false)
+    }
+
+    /// Starts every replica of `node` on our worker, or (`reference`) on the Python reference
+    /// 1.0.4's (`python -m videoflow.worker` from the reference venv, the test nodes' Python
+    /// twins from `tests/conformance` on its path — as `worker/tests/interop_flows.rs` runs it).
+    fn spawn_on(&mut self, node: &str, extra: &[(&str, &str)], reference: bool) -> R<()> {
         let replicas = self
             .flow
             .nodes
@@ -247,12 +279,29 @@ impl Bench {
             let log = File::create(self.dir.join(format!("{node}.{replica}.log")))
                 .map_err(|e| e.to_string())?;
             let err = log.try_clone().map_err(|e| e.to_string())?;
-            // `VF_BENCH_WORKER_BIN` runs another build of the worker (e.g. another profile).
-            let bin = std::env::var("VF_BENCH_WORKER_BIN")
-                .unwrap_or_else(|_| env!("CARGO_BIN_EXE_videoflow-worker").to_owned());
-            let mut cmd = Command::new(bin);
-            cmd.env_clear()
-                .envs(vars)
+            let mut vars = vars;
+            let mut cmd = if reference {
+                if let Some(class) = vars.get("VF_NODE_CLASS")
+                    && class.starts_with("videoflow.rs.")
+                {
+                    let short = class.rsplit('.').next().unwrap_or(class).to_owned();
+                    vars.insert("VF_NODE_CLASS".into(), format!("interop_nodes.{short}"));
+                }
+                let mut cmd = Command::new(reference_python()?);
+                cmd.args(["-m", "videoflow.worker"])
+                    .env_clear()
+                    .env("PYTHONPATH", repo_root().join("tests/conformance"))
+                    .env("PYTHONUNBUFFERED", "1");
+                cmd
+            } else {
+                // `VF_BENCH_WORKER_BIN` runs another build of the worker (e.g. another profile).
+                let bin = std::env::var("VF_BENCH_WORKER_BIN")
+                    .unwrap_or_else(|_| env!("CARGO_BIN_EXE_videoflow-worker").to_owned());
+                let mut cmd = Command::new(bin);
+                cmd.env_clear();
+                cmd
+            };
+            cmd.envs(vars)
                 .env(
                     "VF_TERMINATION_LOG",
                     self.dir.join(format!("{node}.{replica}.termination")),
@@ -350,10 +399,21 @@ impl Bench {
         self.procs
             .iter()
             .map(|p| {
+                let code = p.exit.and_then(|e| e.0);
+                // A failed worker's last log lines, so a broken run explains itself.
+                let log_tail = (code != Some(0)).then(|| {
+                    let text = std::fs::read_to_string(
+                        self.dir.join(format!("{}.{}.log", p.node, p.replica)),
+                    )
+                    .unwrap_or_default();
+                    let lines: Vec<&str> = text.lines().collect();
+                    lines[lines.len().saturating_sub(8)..].join("\n")
+                });
                 json!({
                     "node": p.node, "replica": p.replica,
-                    "code": p.exit.and_then(|e| e.0),
+                    "code": code,
                     "termination": self.termination(&p.node, p.replica),
+                    "log_tail": log_tail,
                 })
             })
             .collect()
@@ -737,6 +797,14 @@ fn cpu_ms(p: &Proc, tck: f64) -> f64 {
     p.ticks as f64 * 1000.0 / tck
 }
 
+/// Which workers run a hop: ours alone, or ours / the reference's in a side-by-side run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Ours,
+    VersusOurs,
+    Reference,
+}
+
 /// `ledger`: every stage on one shared `file://` run ledger (what `videoflow-worker run` gives
 /// every local run): per message a `received/…` append and, for the stages with children, an
 /// `outbox/…` record, each durable before its input is acked.
@@ -746,7 +814,17 @@ fn identity_once(
     n: u64,
     tck: f64,
     ledger: bool,
+    credit: Option<i64>,
+    side: Side,
 ) -> R<Json> {
+    let reference = side == Side::Reference;
+    // The reference's `videoflow.consumers` imports `requests`, which its venv does not
+    // carry: a side-by-side run ends in the JSONL sink on both sides (its Python twin there).
+    let sink = if side == Side::Ours {
+        void_node("sink", "same")
+    } else {
+        jsonl_node("sink", "same")
+    };
     // 1 KiB frames: 32 × 32 × 1 uint8.
     let mut yaml = flow_yaml(
         "batch",
@@ -754,11 +832,14 @@ fn identity_once(
         &[
             frames_node("src", 32, 32, 1, n, None),
             identity_node("same", "src"),
-            void_node("sink", "same"),
+            sink,
         ],
     );
     if ledger {
         yaml = with_file_ledger(&yaml);
+    }
+    if let Some(m) = credit {
+        yaml = with_credit(&yaml, m);
     }
     let mut b = Bench::new(rt, redis, &yaml)?;
     let w_src = Watch::start(rt, b.client(), b.data_subject("src"));
@@ -772,11 +853,12 @@ fn identity_once(
         .split(',')
         .filter_map(|kv| kv.split_once('='))
         .collect();
-    b.spawn("same", &stage_env)?;
-    b.spawn("sink", &[])?;
-    b.idle(Duration::from_secs(2));
-    b.spawn("src", &[])?;
-    let ok = b.wait_all(Duration::from_secs(300));
+    b.spawn_on("same", &stage_env, reference)?;
+    b.spawn_on("sink", &[], reference)?;
+    // The reference's interpreter takes longer to import and bind.
+    b.idle(Duration::from_secs(if reference { 6 } else { 2 }));
+    b.spawn_on("src", &[], reference)?;
+    let ok = b.wait_all(Duration::from_secs(600));
     let get = |node: &str| b.procs_of(node).next();
     let (src, same, sink) = (get("src"), get("same"), get("sink"));
     let span = |p: Option<&Proc>| {
@@ -817,6 +899,124 @@ fn with_file_ledger(yaml: &str) -> String {
     )
 }
 
+/// The flow text with `credit.messages = m` on every node with a parent (STREAM-15a).
+fn with_credit(yaml: &str, m: i64) -> String {
+    yaml.replace(
+        "    parents: [",
+        &format!("    credit: {{messages: {m}}}\n    parents: ["),
+    )
+}
+
+/// Credits the sweep compares: STREAM-15's 5 (what a 1.0.4 provisioner makes) and more.
+const CREDITS: [i64; 5] = [5, 16, 64, 128, 256];
+
+/// The identity hop on the file ledger at each credit of [`CREDITS`], alternating within each
+/// repetition so every credit sees the same load; the default credit is chosen from this.
+fn credit_sweep(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f64) -> R<Json> {
+    let n = o.pick(5_000, 1_000);
+    let mut runs: Vec<Vec<Json>> = vec![Vec::new(); CREDITS.len()];
+    for rep in 0..o.reps {
+        for (i, credit) in CREDITS.iter().enumerate() {
+            let r = identity_once(rt, redis, n, tck, true, Some(*credit), Side::Ours)?;
+            log(format!(
+                "credit {credit} rep {rep}: identity {:.0} msg/s, cpu µs/msg identity {:.0}, ok {}",
+                r["identity_msgs_s"].as_f64().unwrap_or(f64::NAN),
+                r["cpu_ms_per_1000"]["identity"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN),
+                r["ok"]
+            ));
+            runs[i].push(r);
+        }
+    }
+    let rows: Vec<Json> = CREDITS
+        .iter()
+        .zip(&runs)
+        .map(|(credit, rs)| {
+            let col = |f: &dyn Fn(&Json) -> Option<f64>| -> Vec<f64> { rs.iter().filter_map(f).collect() };
+            json!({
+                "credit_messages": credit,
+                "ok": rs.iter().all(|r| r["ok"] == json!(true)),
+                "identity_msgs_s": spread(&col(&|r| r["identity_msgs_s"].as_f64())),
+                "cpu_ms_per_1000_identity": spread(&col(&|r| r["cpu_ms_per_1000"]["identity"].as_f64())),
+                "rss_steady_identity_kib": spread(&col(&|r| r["rss_max_kib"]["identity"].as_f64())),
+            })
+        })
+        .collect();
+    Ok(json!({"n": n, "payload_bytes": KIB, "store": "file", "credits": rows}))
+}
+
+/// Item 4 of the speed issue: the identity hop on the reference 1.0.4's workers and on ours,
+/// each on a fresh broker of the same build, alternating one run at a time (so both see the
+/// same load), with the shared `file://` ledger and with each side's memory ledger.
+fn versus_reference(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f64) -> R<Json> {
+    let n = o.pick(2_000, 300);
+    let mut out = serde_json::Map::new();
+    for ledger in [true, false] {
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for rep in 0..o.reps {
+            for reference in [true, false] {
+                let side = if reference {
+                    Side::Reference
+                } else {
+                    Side::VersusOurs
+                };
+                let r = identity_once(rt, redis, n, tck, ledger, None, side)?;
+                log(format!(
+                    "versus{} rep {rep} {}: identity {:.0} msg/s, cpu µs/msg identity {:.0}, ok {}",
+                    if ledger {
+                        " (file ledger)"
+                    } else {
+                        " (memory ledger)"
+                    },
+                    if reference { "reference 1.0.4" } else { "ours" },
+                    r["identity_msgs_s"].as_f64().unwrap_or(f64::NAN),
+                    r["cpu_ms_per_1000"]["identity"]
+                        .as_f64()
+                        .unwrap_or(f64::NAN),
+                    r["ok"]
+                ));
+                if reference {
+                    theirs.push(r);
+                } else {
+                    ours.push(r);
+                }
+            }
+        }
+        let rate = |rs: &[Json]| -> Vec<f64> {
+            rs.iter()
+                .filter_map(|r| r["identity_msgs_s"].as_f64())
+                .collect()
+        };
+        let cpu = |rs: &[Json]| -> Vec<f64> {
+            rs.iter()
+                .filter_map(|r| r["cpu_ms_per_1000"]["identity"].as_f64())
+                .collect()
+        };
+        // Per repetition: ours over the reference run just before it.
+        let ratios: Vec<f64> = rate(&ours)
+            .iter()
+            .zip(rate(&theirs))
+            .map(|(a, b)| a / b)
+            .collect();
+        out.insert(
+            if ledger { "file" } else { "memory" }.into(),
+            json!({
+                "ours_msgs_s": spread(&rate(&ours)),
+                "reference_msgs_s": spread(&rate(&theirs)),
+                "ratio": spread(&ratios),
+                "ours_cpu_us_per_msg_identity": spread(&cpu(&ours)),
+                "reference_cpu_us_per_msg_identity": spread(&cpu(&theirs)),
+                "ok": ours.iter().chain(&theirs).all(|r| r["ok"] == json!(true)),
+                "runs": {"ours": ours, "reference": theirs},
+            }),
+        );
+    }
+    out.insert("n".into(), json!(n));
+    out.insert("payload_bytes".into(), json!(KIB));
+    Ok(Json::Object(out))
+}
+
 /// `ledger`: see [`identity_once`]; fewer messages, the ledger's fsyncs set the pace.
 fn identity(
     rt: &tokio::runtime::Runtime,
@@ -832,7 +1032,7 @@ fn identity(
     };
     let mut runs = Vec::new();
     for rep in 0..o.reps {
-        let r = identity_once(rt, redis, n, tck, ledger)?;
+        let r = identity_once(rt, redis, n, tck, ledger, None, Side::Ours)?;
         log(format!(
             "identity{} rep {rep}: identity {:.0} msg/s, producer {:.0} msg/s, cpu µs/msg identity {:.0}, ok {}",
             if ledger { " (file ledger)" } else { "" },
@@ -1392,6 +1592,14 @@ fn main() {
         (
             "identity_hop_ledger",
             Box::new(|| identity(&rt, &redis_url, &o, tck, true)),
+        ),
+        (
+            "identity_credit",
+            Box::new(|| credit_sweep(&rt, &redis_url, &o, tck)),
+        ),
+        (
+            "versus_reference",
+            Box::new(|| versus_reference(&rt, &redis_url, &o, tck)),
         ),
         (
             "component_boundary",

@@ -187,6 +187,9 @@ pub fn spec_vars(
     if let Some(n) = max_retries {
         put("VF_MAX_RETRIES", n.to_string());
     }
+    if let Some(m) = videoflow_core::env::credit_messages(spec) {
+        put("VF_CREDIT_MESSAGES", m.to_string());
+    }
     vars
 }
 

@@ -121,6 +121,7 @@ fn env_1_non_number_in_each_numeric_variable_names_it() {
         "VF_BLOB_READERS",
         "VF_BLOB_TTL_SECONDS",
         "VF_PREFETCH_BYTES",
+        "VF_CREDIT_MESSAGES",
         "VF_GPU_COUNT",
         "VF_STORE_BACKPRESSURE_SECONDS",
     ] {
@@ -368,6 +369,52 @@ fn stream_15_credit_examples() {
     ]));
     assert!(part.is_partitioned());
     assert_eq!(part.credit().max_ack_pending, 5);
+}
+
+#[test]
+fn stream_15a_requested_credit_and_replica_share() {
+    let asked = ok(&with(&[("VF_CREDIT_MESSAGES", "64")]));
+    assert_eq!(asked.credit_messages, Some(64));
+    assert_eq!(asked.credit().max_ack_pending, 64);
+    assert_eq!(asked.credit().item_credit, 1);
+    // Shared by 10 replicas: 10 × 64; partitioned: 64 each.
+    let shared = ok(&with(&[
+        ("VF_CREDIT_MESSAGES", "64"),
+        ("VF_NB_TASKS", "10"),
+    ]));
+    assert_eq!(shared.credit().max_ack_pending, 640);
+    let part = ok(&with(&[
+        ("VF_CREDIT_MESSAGES", "64"),
+        ("VF_NB_TASKS", "10"),
+        ("VF_PARTITION_BY", "trace_id"),
+    ]));
+    assert_eq!(part.credit().max_ack_pending, 64);
+    // A join keeps the working-set rule whatever it is asked for.
+    let join = ok(&with(&[
+        ("VF_CREDIT_MESSAGES", "64"),
+        ("VF_PARENT_NAMES", "a,b"),
+    ]));
+    assert_eq!(join.credit().max_ack_pending, 261);
+    // Unset, empty, 0 or negative: STREAM-15's numbers.
+    for v in ["", "0", "-3"] {
+        let c = ok(&with(&[("VF_CREDIT_MESSAGES", v)]));
+        assert_eq!(
+            (c.credit_messages, c.credit().max_ack_pending),
+            (None, 5),
+            "{v:?}"
+        );
+    }
+    // The share of a bound durable follows what it reports, not what was asked for.
+    assert_eq!(asked.replica_share(5), 5);
+    assert_eq!(asked.replica_share(300), 300);
+    assert_eq!(shared.replica_share(50), 5, "10 replicas share 50");
+    assert_eq!(shared.replica_share(7), 1, "at least one each");
+    assert_eq!(
+        part.replica_share(12),
+        12,
+        "a partitioned durable is the replica's own"
+    );
+    assert_eq!(asked.replica_share(-1), 64, "no limit: what it asked for");
 }
 
 #[test]

@@ -414,6 +414,7 @@ spec:
     parents: [numbers]
     replicas: 3
     partitionBy: trace_id
+    credit: {messages: 40}
     component: {builtin: videoflow.processors.basic.IdentityProcessor}
   - name: sink
     kind: consumer
@@ -435,5 +436,13 @@ spec:
             videoflow_worker::provision::data_durables(spec, false, &|s, r| job.node_config(s, r))
                 .expect("specs path");
         assert_eq!(from_doc, from_specs, "{}", spec.name);
+        // STREAM-15a: the Flow's credit (pair) and the default 64 (sink) on both paths.
+        let want = match spec.name.as_str() {
+            "pair" => Some(40),
+            "sink" => Some(64),
+            _ => None,
+        };
+        let got: Vec<Option<i64>> = from_specs.iter().map(|d| d.max_ack_pending).collect();
+        assert!(got.iter().all(|m| *m == want), "{}: {got:?}", spec.name);
     }
 }

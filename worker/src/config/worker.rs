@@ -202,6 +202,9 @@ pub struct WorkerConfig {
     pub device: DeviceConfig,
     /// `VF_PREFETCH_BYTES`; `None` when unset or empty.
     pub prefetch_bytes: Option<i64>,
+    /// `VF_CREDIT_MESSAGES` (STREAM-15a): un-acked deliveries one replica of a single-parent
+    /// node asks its durable for; `None` (unset, empty or < 1) is STREAM-15's `1 + prefetch`.
+    pub credit_messages: Option<i64>,
     /// `VF_STRUCTURED_LOGS` is `1`/`true`/`yes` (case-insensitive).
     pub structured_logs: bool,
     /// `VF_NODE_PARAMS_JSON` (default `{}`): node constructor parameters.
@@ -316,6 +319,7 @@ impl WorkerConfig {
         let replica_slots = env.optional_int("VF_REPLICA_SLOTS")?.unwrap_or(nb_tasks);
         let health_port = env.int_or("VF_HEALTH_PORT", 0)?;
         let prefetch_bytes = env.optional_int("VF_PREFETCH_BYTES")?;
+        let credit_messages = env.optional_int("VF_CREDIT_MESSAGES")?.filter(|n| *n > 0);
         let store_backpressure_seconds =
             STORE_BACKPRESSURE.parse(env.get("VF_STORE_BACKPRESSURE_SECONDS"))?;
         let device = parse_device(&env)?;
@@ -370,6 +374,7 @@ impl WorkerConfig {
             store_backpressure_seconds,
             device,
             prefetch_bytes,
+            credit_messages,
             structured_logs,
             node_params,
             node_class,
@@ -415,15 +420,20 @@ impl WorkerConfig {
     }
 
     /// STREAM-15: `item_credit` (1, or the join working set for P > 1 parents) plus prefetch
-    /// 4, times `nb_tasks` for a shared durable. Provisioning derives the same numbers, so
-    /// the durable created and the durable bound agree.
+    /// 4, times `nb_tasks` for a shared durable; a single-parent node's `VF_CREDIT_MESSAGES`
+    /// replaces the per-replica `1 + prefetch` (STREAM-15a). Provisioning derives the same
+    /// numbers, so the durable created and the durable bound agree.
     pub fn credit(&self) -> Credit {
-        let item_credit = if self.parent_names.len() < 2 {
-            1
-        } else {
+        let join = self.parent_names.len() >= 2;
+        let item_credit = if join {
             self.join_policy.working_set(self.parent_names.len())
+        } else {
+            1
         };
-        let per_replica = item_credit.saturating_add(PREFETCH);
+        let per_replica = match self.credit_messages {
+            Some(n) if !join => n,
+            _ => item_credit.saturating_add(PREFETCH),
+        };
         let max_ack_pending = if self.is_partitioned() {
             per_replica
         } else {
@@ -433,6 +443,20 @@ impl WorkerConfig {
             item_credit,
             prefetch: PREFETCH,
             max_ack_pending,
+        }
+    }
+
+    /// This replica's share of a bound durable whose effective `max_ack_pending` is
+    /// `effective` (STREAM-15a): all of it for a partitioned durable, `effective / nb_tasks`
+    /// (at least 1) for a shared one; a durable without a limit (≤ 0) grants what this node
+    /// would have asked for.
+    pub fn replica_share(&self, effective: i64) -> i64 {
+        let requested = self.credit().max_ack_pending;
+        let total = if effective > 0 { effective } else { requested };
+        if self.is_partitioned() {
+            total.max(1)
+        } else {
+            (total / self.nb_tasks.max(1)).max(1)
         }
     }
 

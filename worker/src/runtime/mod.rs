@@ -51,6 +51,9 @@ use settle::Settler;
 
 /// Local queue depth of a REALTIME node's data subscriptions (see `build_loop`).
 const REALTIME_QUEUE_CAPACITY: usize = 1;
+/// Local queue depth at most, whatever credit a durable grants: one pull request asks for
+/// at most this many messages, which keeps a fetch's burst (and its memory) bounded.
+const MAX_QUEUE_CAPACITY: usize = 1024;
 
 /// Runs one node from `vars` (the process environment, injected) and returns the exit status.
 /// Every typed failure is logged, written to the termination log and mapped to its class's
@@ -284,6 +287,7 @@ async fn build_loop<'a>(
     );
     let instance = format!("r{}-{}", cfg.replica_id(), &output.emitter.epoch()[..8]);
     let mut group_cap = 0usize;
+    let mut share = 0usize;
     for (i, parent) in cfg.parent_names.iter().enumerate() {
         broker::ensure_node_stream(
             broker,
@@ -326,6 +330,12 @@ async fn build_loop<'a>(
         )
         .await?;
         let mut data = SubscriptionSpec::new(i, DeliveryKind::Data, bound.clone());
+        if cfg.parent_names.len() == 1 {
+            // STREAM-15a: the local queue and the in-flight window follow the credit the
+            // durable grants (whoever provisioned it), less the one input in processing.
+            share = usize::try_from(cfg.replica_share(effective)).unwrap_or(1);
+            data.capacity = share.saturating_sub(1).clamp(1, MAX_QUEUE_CAPACITY);
+        }
         if cfg.is_realtime() {
             // REALTIME: newest matters. Every frame parked locally is one more service time
             // of latency for the next, so hold one; the durable's credit (STREAM-15) is a cap,
@@ -382,6 +392,10 @@ async fn build_loop<'a>(
         breaker: Breaker::new(cfg.breaker_threshold),
         signals,
         supervision,
-        window: window::Window::for_loops(),
+        window: if share > 0 {
+            window::Window::for_credit(share)
+        } else {
+            window::Window::for_loops()
+        },
     })
 }

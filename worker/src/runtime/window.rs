@@ -16,6 +16,9 @@ use videoflow_core::errors::{ErrorCode, VfError};
 
 /// Entries in flight at most.
 pub(crate) const MAX_IN_FLIGHT: usize = 128;
+/// Entries in flight at most for a node whose durable grants more credit than this: beyond
+/// it the per-entry task bookkeeping costs more than another round trip saves.
+pub(crate) const MAX_CREDIT_WINDOW: usize = 4096;
 /// Payload bytes kept alive by entries in flight at most (at least one entry always fits).
 pub(crate) const MAX_IN_FLIGHT_BYTES: u64 = 16 * 1024 * 1024;
 
@@ -51,6 +54,18 @@ impl<M, T: Send + 'static> Window<M, T> {
             1
         } else {
             MAX_IN_FLIGHT
+        };
+        Window::new(entries, MAX_IN_FLIGHT_BYTES)
+    }
+
+    /// The window of a single-parent node's loop: its replica's share of the bound durable's
+    /// credit (STREAM-15a), at most [`MAX_CREDIT_WINDOW`]; 1 under a conformance fault
+    /// schedule, as [`Window::for_loops`].
+    pub(crate) fn for_credit(share: usize) -> Self {
+        let entries = if crate::faults::installed().is_some() {
+            1
+        } else {
+            share.clamp(1, MAX_CREDIT_WINDOW)
         };
         Window::new(entries, MAX_IN_FLIGHT_BYTES)
     }

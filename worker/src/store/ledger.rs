@@ -426,29 +426,45 @@ impl RunLedger {
             } else {
                 FirstGuess::Absent
             };
+            // A competing replica that died between its record and its input's ack left
+            // the id recorded as its own; it counts the id again when it restarts, so
+            // counting the re-publication here too would make the replicas' seqs sum to
+            // more than the distinct ids their child can ever receive (the EOS-7 barrier
+            // would never complete). The record's owner counts it; this replica leaves it.
+            let mut counted_elsewhere = false;
             self.update_from(&key, first, |doc| {
-                let mut doc = doc.unwrap_or_else(|| {
-                    object(json!({
+                counted_elsewhere = false;
+                let mut doc = match doc {
+                    Some(doc) if settled_by_other(&doc, replica) => {
+                        counted_elsewhere = true;
+                        return None;
+                    }
+                    Some(doc) => doc,
+                    None => object(json!({
                         "at": now(),
                         "digest": digest,
                         "kind": "data",
                         "readers": [],
                         "refs": [],
                         "replica": replica,
-                    }))
-                });
+                    })),
+                };
                 doc.insert("outcome".into(), json!(word));
                 doc.insert("resolved_at".into(), json!(now()));
                 doc.insert("seq".into(), json!(stream_seq));
                 Some(doc)
             })
             .await?;
+            if counted_elsewhere {
+                return Ok(());
+            }
         }
         self.lock_published().insert(publication_id.to_owned());
         Ok(())
     }
 
-    /// Distinct DATA ids this replica published (stored or deduplicated): the terminator's
+    /// Distinct DATA ids this replica published (stored or deduplicated) and no other replica
+    /// of this node recorded first: the terminator's
     /// seq (EOS-7).
     pub fn published_count(&self) -> u64 {
         self.lock_published().len() as u64
@@ -781,6 +797,17 @@ fn kind_from_word(word: &str) -> Option<TerminatorKind> {
 
 /// A stored document; anything unreadable reads as empty (as 1.0.4's `_loads` of a record
 /// it cannot parse would fail — here a damaged record never crashes the worker).
+/// An outbox record another replica owns with a definite outcome (`accepted`/`duplicate`):
+/// that replica counts its id towards its terminator's seq (EOS-7), restarts included.
+fn settled_by_other(doc: &Map<String, Json>, replica: u32) -> bool {
+    let owner = doc.get("replica").and_then(Json::as_u64);
+    let settled = matches!(
+        doc.get("outcome").and_then(Json::as_str),
+        Some("accepted" | "duplicate")
+    );
+    settled && owner.is_some_and(|r| r != u64::from(replica))
+}
+
 fn parse(raw: &[u8]) -> Map<String, Json> {
     match serde_json::from_slice::<Json>(raw) {
         Ok(Json::Object(m)) => m,

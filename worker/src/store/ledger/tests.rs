@@ -179,6 +179,39 @@ async fn eos_7_published_ids_persist_across_restarts_per_replica() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// EOS-7 barrier (b): replica 1 recorded `m1` and died before acking its input; replica 0
+/// re-publishes the redelivered input (a duplicate). Only the record's owner counts `m1`, so
+/// the two terminators' seqs sum to the distinct ids the child can receive.
+#[tokio::test]
+async fn eos_7_an_id_another_replica_recorded_is_counted_once_over_the_replicas() {
+    let (store, dir) = file_store();
+    let dead = ledger(&store, 1, 2).await;
+    dead.record_published("m1", "abcd", Accepted::New, 5)
+        .await
+        .expect("outbox");
+    drop(dead);
+    let alive = ledger(&store, 0, 2).await;
+    alive
+        .record_published("m1", "abcd", Accepted::Duplicate, 5)
+        .await
+        .expect("outbox");
+    alive
+        .record_published("m2", "abce", Accepted::New, 6)
+        .await
+        .expect("outbox");
+    assert_eq!(alive.published_count(), 1, "m2 only");
+    let d = doc(&store, "vf/f/r/det/outbox/m1").await;
+    assert_eq!(
+        (d["replica"].as_u64(), d["outcome"].as_str()),
+        (Some(1), Some("accepted")),
+        "the owner's record is left as it was"
+    );
+    let restarted = ledger(&store, 1, 2).await;
+    assert_eq!(restarted.published_count(), 1, "m1, reloaded by its owner");
+    assert_eq!(ledger(&store, 0, 2).await.published_count(), 1);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test]
 async fn eos_7_a_completion_under_a_newer_epoch_is_stale_authority() {
     let (store, dir) = file_store();
