@@ -268,7 +268,7 @@ fn knobs_only_where_they_mean_something() {
 #[test]
 fn credit_is_checked_where_it_means_something() {
     let text = flow(
-        "  - {name: src, kind: producer, credit: {messages: 8}, component: {builtin: p}}\n  - {name: b, kind: processor, parents: [src], credit: {messages: 0, bytes: 0}, component: {builtin: x}}\n  - {name: j, kind: consumer, parents: [src, b], credit: {messages: 5000}, component: {builtin: c}}\n",
+        "  - {name: src, kind: producer, credit: {messages: 8}, component: {builtin: videoflow.producers.IntProducer}}\n  - {name: b, kind: processor, parents: [src], credit: {messages: 0, bytes: 0}, component: {builtin: videoflow.processors.IdentityProcessor}}\n  - {name: j, kind: consumer, parents: [src, b], credit: {messages: 5000}, component: {builtin: videoflow.consumers.VoidConsumer}}\n",
     );
     let got = error_codes(&text);
     let paths: Vec<&str> = got.iter().map(|(_, p)| p.as_str()).collect();
@@ -283,7 +283,7 @@ fn credit_is_checked_where_it_means_something() {
     }
     assert_eq!(paths.len(), 5, "{paths:#?}");
     let fine = flow(
-        "  - {name: src, kind: producer, component: {builtin: p}}\n  - {name: b, kind: consumer, parents: [src], credit: {messages: 4096, bytes: 1}, component: {builtin: c}}\n",
+        "  - {name: src, kind: producer, component: {builtin: videoflow.producers.IntProducer}}\n  - {name: b, kind: consumer, parents: [src], credit: {messages: 4096, bytes: 1}, component: {builtin: videoflow.consumers.VoidConsumer}}\n",
     );
     assert!(error_codes(&fine).is_empty());
 }
@@ -294,7 +294,7 @@ fn credit_is_checked_where_it_means_something() {
 fn credit_renders_into_the_worker_environment() {
     use videoflow_core::env::{EnvContext, render_node_env};
     let text = flow(
-        "  - {name: src, kind: producer, component: {builtin: p}}\n  - {name: b, kind: processor, parents: [src], credit: {messages: 300, bytes: 1048576}, component: {builtin: x}}\n  - {name: c, kind: processor, parents: [src], component: {builtin: x}}\n  - {name: j, kind: consumer, parents: [b, c], component: {builtin: c}}\n",
+        "  - {name: src, kind: producer, component: {builtin: videoflow.producers.IntProducer}}\n  - {name: b, kind: processor, parents: [src], credit: {messages: 300, bytes: 1048576}, component: {builtin: videoflow.processors.IdentityProcessor}}\n  - {name: c, kind: processor, parents: [src], component: {builtin: videoflow.processors.IdentityProcessor}}\n  - {name: j, kind: consumer, parents: [b, c], component: {builtin: videoflow.consumers.VoidConsumer}}\n",
     );
     let doc = parse_flow(&text).expect("parses");
     let compiled = compile(&doc).expect("compiles");
