@@ -18,7 +18,7 @@
 
 use std::fmt::Debug;
 
-use futures::Stream;
+use futures::{FutureExt, Stream};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
@@ -113,14 +113,19 @@ pub fn pod_without_spec(p: &mut Pod) {
     p.spec = None;
 }
 
-async fn ready<K>(store: &Store<K>, kind: &'static str) -> Result<(), ReconcileError>
+/// Whether `store` has its first list, without waiting: a reconcile must not wait for a
+/// store inside the Controller, because the Controller stops polling the watches that fill
+/// the stores while all its reconcile slots are busy (a new term starting with more Flows
+/// than slots would wait forever).
+fn loaded<K>(store: &Store<K>, kind: &'static str) -> Result<bool, ReconcileError>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
-    store
-        .wait_until_ready()
-        .await
-        .map_err(|_| ReconcileError::CacheStopped(kind))
+    match store.wait_until_ready().now_or_never() {
+        Some(Ok(())) => Ok(true),
+        Some(Err(_)) => Err(ReconcileError::CacheStopped(kind)),
+        None => Ok(false),
+    }
 }
 
 fn of_flow<K>(store: &Store<K>, ns: &str, flow: &str) -> Vec<K>
@@ -143,18 +148,21 @@ where
 }
 
 impl Stores {
-    /// The Flow's children and pods from the stores, once every store has its first list
-    /// (so a replica that just became leader never mistakes a cold cache for a Flow with no
-    /// children).
-    pub async fn observe(&self, ns: &str, flow: &str) -> Result<Observed, ReconcileError> {
-        ready(&self.config_maps, "ConfigMap").await?;
-        ready(&self.jobs, "Job").await?;
-        ready(&self.deployments, "Deployment").await?;
-        ready(&self.stateful_sets, "StatefulSet").await?;
-        ready(&self.services, "Service").await?;
-        ready(&self.pdbs, "PodDisruptionBudget").await?;
-        ready(&self.pods, "Pod").await?;
-        Ok(Observed {
+    /// The Flow's children and pods from the stores, or `None` while any store still waits
+    /// for its first list (so a replica that just became leader never mistakes a cold cache
+    /// for a Flow with no children; the caller reads the API server instead).
+    pub fn observe(&self, ns: &str, flow: &str) -> Result<Option<Observed>, ReconcileError> {
+        let all_loaded = loaded(&self.config_maps, "ConfigMap")?
+            && loaded(&self.jobs, "Job")?
+            && loaded(&self.deployments, "Deployment")?
+            && loaded(&self.stateful_sets, "StatefulSet")?
+            && loaded(&self.services, "Service")?
+            && loaded(&self.pdbs, "PodDisruptionBudget")?
+            && loaded(&self.pods, "Pod")?;
+        if !all_loaded {
+            return Ok(None);
+        }
+        Ok(Some(Observed {
             config_maps: of_flow(&self.config_maps, ns, flow),
             jobs: of_flow(&self.jobs, ns, flow),
             deployments: of_flow(&self.deployments, ns, flow),
@@ -163,7 +171,7 @@ impl Stores {
             pdbs: of_flow(&self.pdbs, ns, flow),
             pods: of_flow(&self.pods, ns, flow),
             scaled_objects: Vec::new(),
-        })
+        }))
     }
 }
 
@@ -220,7 +228,10 @@ mod tests {
             pdbs: filled(Vec::new()),
             pods: filled(vec![labelled::<Pod>("a", "vf-y-1-abc", "y")]),
         };
-        let observed = stores.observe("a", "x").await.expect("ready stores");
+        let observed = stores
+            .observe("a", "x")
+            .expect("open stores")
+            .expect("loaded stores");
         let names: Vec<_> = observed
             .deployments
             .iter()
@@ -254,5 +265,22 @@ mod tests {
         };
         without_data(&mut cm);
         assert!(cm.data.is_none());
+    }
+
+    /// A store still waiting for its first list makes the read fall back (None) at once,
+    /// instead of waiting inside a reconcile slot for a watch the Controller is not polling.
+    #[test]
+    fn a_store_without_its_first_list_is_reported_not_waited_for() {
+        let (cold, _writer) = reflector::store::<Pod>();
+        let stores = Stores {
+            config_maps: filled(Vec::new()),
+            jobs: filled(Vec::new()),
+            deployments: filled(Vec::new()),
+            stateful_sets: filled(Vec::new()),
+            services: filled(Vec::new()),
+            pdbs: filled(Vec::new()),
+            pods: cold,
+        };
+        assert!(stores.observe("a", "x").expect("open stores").is_none());
     }
 }

@@ -166,13 +166,15 @@ async fn reconcile_flow(flow: &Flow, ctx: &Context) -> Result<Action, ReconcileE
     ))
 }
 
-/// The Flow's children: from the Controller's reflector stores when it runs with them, else
-/// with label-selected LISTs.
+/// The Flow's children: from the Controller's reflector stores when it runs with them and
+/// they hold their first lists, else with label-selected LISTs.
 async fn read_children(ctx: &Context, ns: &str, name: &str) -> Result<Observed, ReconcileError> {
-    match ctx.stores() {
-        Some(stores) => stores.observe(ns, name).await,
-        None => observe(&ctx.client, ns, name).await,
+    if let Some(stores) = ctx.stores() {
+        if let Some(observed) = stores.observe(ns, name)? {
+            return Ok(observed);
+        }
     }
+    observe(&ctx.client, ns, name).await
 }
 
 /// Patches the status (server-side apply, the operator's field manager) when it differs from
