@@ -169,10 +169,10 @@ async fn reconcile_flow(flow: &Flow, ctx: &Context) -> Result<Action, ReconcileE
 /// The Flow's children: from the Controller's reflector stores when it runs with them and
 /// they hold their first lists, else with label-selected LISTs.
 async fn read_children(ctx: &Context, ns: &str, name: &str) -> Result<Observed, ReconcileError> {
-    if let Some(stores) = ctx.stores() {
-        if let Some(observed) = stores.observe(ns, name)? {
-            return Ok(observed);
-        }
+    if let Some(stores) = ctx.stores()
+        && let Some(observed) = stores.observe(ns, name)?
+    {
+        return Ok(observed);
     }
     observe(&ctx.client, ns, name).await
 }
