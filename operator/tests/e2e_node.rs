@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use videoflow_operator::render::pod::{STATIC_WORKER_BINARY, WORKER_BINARY};
@@ -219,53 +219,11 @@ fn image_1_the_operator_image_is_one_static_binary_and_no_shell() {
 // ------------------------------------------------------------------ on the real node
 
 fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
-    let bin = testenv_bin().map_err(|e| e.to_string())?.join("kubectl");
-    let mut child = Command::new(&bin)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{}: {e}", bin.display()))?;
-    if let Some(text) = stdin {
-        use std::io::Write;
-        let mut pipe = child.stdin.take().ok_or("no stdin")?;
-        pipe.write_all(text.as_bytes()).map_err(|e| e.to_string())?;
-    }
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "kubectl {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
+    videoflow_testkit::kubectl::kubectl(kubeconfig, args, stdin)
 }
 
-fn wait_for<T>(what: &str, mut f: impl FnMut() -> Result<Option<T>, String>) -> T {
-    let deadline = Instant::now() + WAIT;
-    let mut last = String::new();
-    loop {
-        match f() {
-            Ok(Some(v)) => return v,
-            Ok(None) => {}
-            Err(e) => last = e,
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within {}s; last: {last}",
-            WAIT.as_secs()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+fn wait_for<T>(what: &str, f: impl FnMut() -> Result<Option<T>, String>) -> T {
+    videoflow_testkit::kubectl::wait_for(what, WAIT, Duration::from_millis(500), f)
 }
 
 fn get_json(kc: &Path, args: &[&str]) -> Result<Value, String> {

@@ -4,12 +4,14 @@
 //! [`free_port`] come from `videoflow-services` (the same servers the local runner starts),
 //! so tests run in parallel on free loopback ports without sharing state; [`ControlPlane`]
 //! starts a real Kubernetes control plane for the operator's e2e suite; [`NatsCluster`] a
-//! three-node JetStream cluster on loopback; [`manifest_dir`]
+//! three-node JetStream cluster on loopback; [`kubectl`] drives a test cluster as a user
+//! would; [`manifest_dir`]
 //! finds the checkout a test runs for. A missing binary is an error naming the remedy, never
 //! a silently skipped test.
 
 pub mod cluster;
 pub mod control_plane;
+pub mod kubectl;
 
 pub use cluster::NatsCluster;
 pub use control_plane::{ControlPlane, Options as ControlPlaneOptions, RealNode};

@@ -244,7 +244,10 @@ impl RedisLink {
 /// reply about the data.
 ///
 /// Mirrors 1.0.4, which treats redis-py's `ConnectionError`/`TimeoutError` family (which
-/// includes `BusyLoadingError` and `AuthenticationError`) as transient.
+/// includes `BusyLoadingError` and `AuthenticationError`) as transient. A reply the client
+/// cannot parse (`ErrorKind::Parse`, e.g. "Unexpected end of input" when the server died in
+/// the middle of a reply) is the connection's failure too, not the data's: redis-rs itself
+/// reconnects on it, and a payload read that met it must be retried, never dead-lettered.
 pub(crate) fn is_transport_failure(e: &RedisError) -> bool {
     if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
         return true;
@@ -252,6 +255,7 @@ pub(crate) fn is_transport_failure(e: &RedisError) -> bool {
     matches!(
         e.kind(),
         ErrorKind::AuthenticationFailed
+            | ErrorKind::Parse
             | ErrorKind::ClusterConnectionNotFound
             | ErrorKind::Server(
                 ServerErrorKind::BusyLoading
@@ -636,4 +640,19 @@ pub async fn resolve(blob_ref: &BlobRef, store: Option<&BlobStore>) -> Result<Pa
 
 fn truncate_chars(s: &str, max: usize) -> String {
     s.chars().take(max).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reply cut off by a dying server is unreachable (retried), a server's refusal is not.
+    #[test]
+    fn a_truncated_reply_is_a_transport_failure() {
+        let cut = RedisError::from((ErrorKind::Parse, "Parse error at 0 Unexpected end of input"));
+        assert!(is_transport_failure(&cut));
+        assert!(classify(&cut, "reading x").is_transient());
+        let refused = RedisError::from((ErrorKind::Client, "bad command"));
+        assert!(!is_transport_failure(&refused));
+    }
 }

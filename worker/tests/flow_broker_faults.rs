@@ -359,18 +359,21 @@ fn a_broker_paused_for_ten_seconds_is_waited_out() {
     );
 }
 
-/// SUP-1/SUP-2 with a 2 s progress timeout: 10 s of a frozen broker is longer than the
-/// timeout, so the watchdog ends the non-producers holding pending work — BrokerUnavailable
-/// (exit 3) if the pending read stays Unknown for 2 × timeout while the broker is frozen, or
-/// ProgressStalled (exit 5) if the first answer after the thaw is Known > 0 before an ack —
-/// each with its termination record, skipping `close()`. Started again at once, as their pods
-/// would be, they finish the flow with every value exactly once.
+/// SUP-1/SUP-2 with a 1 s progress timeout and a broker frozen for 15 s: past the timeout a
+/// silent non-producer reads its pending work; each read of a frozen broker gives up after the
+/// worker's 5 s pending-read timeout (Unknown), so the second Unknown, about 11–12 s into the
+/// freeze, is past 2 × timeout and ends the worker with BrokerUnavailable (exit 3) — or, if an
+/// answer after the thaw is Known > 0 before an ack, ProgressStalled (exit 5) — each with its
+/// termination record, skipping `close()`. (A 10 s freeze would end before that second
+/// Unknown: whether the watchdog acted then depended on a race with the first acks after the
+/// thaw.) Started again at once, as their pods would be, they finish the flow with every value
+/// exactly once.
 #[test]
 fn a_short_watchdog_ends_workers_on_a_paused_broker_and_their_restart_loses_nothing() {
     let n = messages();
     let short = [
-        ("VF_PROGRESS_TIMEOUT_SECONDS", "2"),
-        ("VF_WATCHDOG_INTERVAL_SECONDS", "0.5"),
+        ("VF_PROGRESS_TIMEOUT_SECONDS", "1"),
+        ("VF_WATCHDOG_INTERVAL_SECONDS", "0.25"),
     ];
     let mut h = start_on_cluster(n, &short);
     let mut progress = Progress::default();
@@ -388,7 +391,7 @@ fn a_short_watchdog_ends_workers_on_a_paused_broker_and_their_restart_loses_noth
     let mut handled = std::collections::BTreeSet::new();
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
-        if !resumed && paused_at.elapsed() >= Duration::from_secs(10) {
+        if !resumed && paused_at.elapsed() >= Duration::from_secs(15) {
             for i in 0..3 {
                 h.nats
                     .cluster()
@@ -422,7 +425,7 @@ fn a_short_watchdog_ends_workers_on_a_paused_broker_and_their_restart_loses_noth
     }
     assert!(
         !ended.is_empty(),
-        "the watchdog did not act on 10 s of silence with work pending"
+        "the watchdog did not act on 15 s of a frozen broker with work pending"
     );
     for (node, replica, exit, code) in &ended {
         assert!(
