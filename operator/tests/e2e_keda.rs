@@ -10,6 +10,7 @@
 //! Each step's duration is printed (`-- --nocapture`); docs/TESTING.md keeps the figures.
 //! Needs `scripts/testenv build` and `build-keda` (install-deps runs both).
 
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -203,6 +204,29 @@ impl World {
             },
         );
         t0.elapsed()
+    }
+
+    /// The uids of the Deployment's pods.
+    fn pods(&self, ns: &str, deployment: &str) -> BTreeSet<String> {
+        let d = self
+            .get(ns, &["deployment", deployment])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let selector = d["spec"]["selector"]["matchLabels"]
+            .as_object()
+            .expect("a label selector")
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+            .collect::<Vec<_>>()
+            .join(",");
+        let pods = self
+            .get(ns, &["pods", "-l", &selector])
+            .unwrap_or_else(|e| panic!("{e}"));
+        pods["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| p["metadata"]["uid"].as_str().unwrap_or_default().to_owned())
+            .collect()
     }
 
     /// Deletes the Flow; waits until its ScaledObjects and KEDA's HPAs are gone.
@@ -529,6 +553,94 @@ fn owns_replicas(object: &Value, manager: &str) -> bool {
         })
 }
 
+// ------------------------------------------------- autoscaling switched on and off in place
+
+/// `work` at 2 replicas; `AUTOSCALING` becomes its autoscaling block (or nothing).
+const STEADY: &str = r#"
+apiVersion: videoflow.io/v1alpha1
+kind: Flow
+metadata: {name: steady}
+spec:
+  type: realtime
+  broker: {monitoringUrl: "MONITORING"}
+  nodes:
+  - {name: cam, kind: producer, finite: false, component: {builtin: videoflow.producers.basic.IntProducer}}
+  - name: work
+    kind: processor
+    parents: [cam]
+    replicas: 2AUTOSCALING
+    component: {builtin: videoflow.processors.basic.IdentityProcessor}
+  - {name: sink, kind: consumer, parents: [work], component: {builtin: videoflow.consumers.basic.VoidConsumer}}
+"#;
+
+fn steady(autoscaling: bool) -> String {
+    STEADY.replace(
+        "AUTOSCALING",
+        if autoscaling {
+            "\n    autoscaling: {enabled: true, minReplicas: 2, maxReplicas: 4, targetLagPerReplica: 10}"
+        } else {
+            ""
+        },
+    )
+}
+
+fn autoscaling_switched_on_and_off(w: &World) {
+    let ns = w.namespace("switch");
+    w.apply_flow(&ns, &steady(false));
+    let (run, workload) = w.wait_node(&ns, "steady", "work", |n| n["ready"] == 2);
+    w.wait_replicas(&ns, &workload, 2);
+    let pods = w.pods(&ns, &workload);
+    assert_eq!(pods.len(), 2);
+    let edge = Edge {
+        flow: "steady".into(),
+        run: run.clone(),
+        parent: "cam",
+        child: "work",
+    };
+    w.rt.block_on(edge.provision(&w.js, 2));
+
+    // On: the same run (autoscaling is not topology), the HPA takes the replica count over
+    // at 2 (no backlog: the minimum) and no pod of the node is replaced on the way.
+    w.apply_flow(&ns, &steady(true));
+    let (same_run, _) = w.wait_node(&ns, "steady", "work", |n| n["scaler"]["rendered"] == true);
+    assert_eq!(same_run, run);
+    let hpa = w.wait_scaling(&ns, &workload);
+    assert_eq!(hpa["status"]["desiredReplicas"], 2, "{hpa}");
+    assert_eq!(w.replicas(&ns, &workload), Ok((2, 2)));
+    assert_eq!(
+        w.pods(&ns, &workload),
+        pods,
+        "pods of {workload} were replaced when autoscaling was switched on"
+    );
+
+    // Off: the operator's replica count again, the ScaledObject and KEDA's HPA gone, and
+    // still the same pods.
+    w.apply_flow(&ns, &steady(false));
+    wait_for("the ScaledObject and HPA gone", WAIT, POLL, || {
+        let left = kubectl(
+            w.kc(),
+            &["-n", &ns, "get", "scaledobjects,hpa", "-o", "name"],
+            None,
+        )?;
+        Ok(left.trim().is_empty().then_some(()))
+    });
+    let d = w
+        .get(&ns, &["deployment", &workload, "--show-managed-fields"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        owns_replicas(&d, "videoflow-operator"),
+        "{}",
+        d["metadata"]["managedFields"]
+    );
+    assert_eq!(w.replicas(&ns, &workload), Ok((2, 2)));
+    assert_eq!(
+        w.pods(&ns, &workload),
+        pods,
+        "pods of {workload} were replaced when autoscaling was switched off"
+    );
+    w.delete_flow(&ns, "steady");
+}
+
 // ---------------------------------------------------------------------------- the harness
 
 /// The world, started by the first scenario that runs.
@@ -555,11 +667,18 @@ fn trial(shared: &Shared, name: &str, f: fn(&World)) -> Trial {
 fn main() -> std::process::ExitCode {
     let args = Arguments::from_args();
     let shared: Shared = Arc::new(OnceLock::new());
-    let trials = vec![trial(
-        &shared,
-        "a_backlog_scales_an_autoscaled_node_up_through_keda_and_the_hpa_and_the_drain_back",
-        backlog_up_drain_down,
-    )];
+    let trials = vec![
+        trial(
+            &shared,
+            "a_backlog_scales_an_autoscaled_node_up_through_keda_and_the_hpa_and_the_drain_back",
+            backlog_up_drain_down,
+        ),
+        trial(
+            &shared,
+            "autoscaling_switched_on_and_off_in_place_replaces_no_pod_of_the_node",
+            autoscaling_switched_on_and_off,
+        ),
+    ];
     let conclusion = libtest_mimic::run(&args, trials);
     // The world (operator, broker, control plane) stops here, before the process exits.
     drop(shared);
