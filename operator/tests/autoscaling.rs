@@ -293,6 +293,40 @@ fn scale_1_invalid_rules_and_a_missing_monitoring_url_are_render_errors() {
     render::render(&flow(&only_ineligible), &config()).expect("renders");
 }
 
+#[test]
+fn a_monitoring_url_with_credentials_is_refused_and_never_reaches_a_scaled_object() {
+    let with_credentials = FLOW.replace(
+        "http://nats.videoflow.svc:8222",
+        "https://keda:s3cret@nats.videoflow.svc:8222",
+    );
+    let result = render::render(&flow(&with_credentials), &config());
+    if let Ok(r) = &result {
+        let text = serde_json::to_string(&r.objects()).expect("json");
+        panic!(
+            "rendered, with the password in a ScaledObject: {}",
+            text.contains("s3cret")
+        );
+    }
+    match result {
+        Err(RenderError::InvalidField { path, message }) => {
+            assert_eq!(path, "spec.broker.monitoringUrl");
+            assert!(message.contains("user information"), "{message}");
+            assert!(!message.contains("s3cret"), "{message}");
+        }
+        other => panic!("expected an invalid field, got {other:?}"),
+    }
+    // Admission reports it like every other problem, the password nowhere.
+    let problems = format!("{:?}", admit(&flow(&with_credentials), &config()));
+    assert!(problems.contains("spec.broker.monitoringUrl"), "{problems}");
+    assert!(!problems.contains("s3cret"), "{problems}");
+    // Only KEDA reads the monitoring URL: a Flow with no scaler may name it as it likes.
+    let unscaled = with_credentials.replace(
+        "autoscaling: {enabled: true,",
+        "autoscaling: {enabled: false,",
+    );
+    render::render(&flow(&unscaled), &config()).expect("renders");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The apply plan, pruning and status.
 
