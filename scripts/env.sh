@@ -27,8 +27,9 @@ export VF_SDK_PYTHON="${VF_SDK_PYTHON:-$VF_SDK_VENV/bin/python}"
 export PATH="$VF_SDK_VENV/bin:$PATH"
 # The e2e control plane (scripts/testenv, docs/TESTING.md): pinned etcd, Kubernetes
 # (kube-apiserver, kube-controller-manager, kube-scheduler) and kwok, built from their Go
-# modules into $VF_TESTENV_BIN (outside the clone, keyed by the versions). KEDA only for its
-# ScaledObject CRD (config/keda/, copied verbatim from the pinned release's module).
+# modules into $VF_TESTENV_BIN (outside the clone, keyed by the versions). KEDA: its
+# ScaledObject CRD (config/keda/, copied verbatim from the pinned release's module), and its
+# operator and metrics API server built from that module (scripts/testenv build-keda).
 export VF_TESTENV_K8S_VERSION="1.37.2"
 export VF_TESTENV_ETCD_VERSION="3.7.3"
 export VF_TESTENV_KWOK_VERSION="0.8.0"

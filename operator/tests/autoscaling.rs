@@ -10,13 +10,16 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::Timestamp;
 use videoflow_core::compile::compile;
 use videoflow_core::naming::{data_subject, durable_name, stream_name};
 use videoflow_core::scaling::FixedScaleReason;
 use videoflow_operator::controller::admission::admit;
-use videoflow_operator::controller::apply::{Stage, desired_objects, plan};
+use videoflow_operator::controller::apply::{
+    FIELD_MANAGER, Stage, desired_objects, plan, replicas_handover,
+};
 use videoflow_operator::controller::demand::{DemandObserver, edges, observe_node_demand, reasons};
 use videoflow_operator::controller::observe::{Observed, may_own_scalers};
 use videoflow_operator::controller::status::{StatusConfig, compute_status};
@@ -290,6 +293,40 @@ fn scale_1_invalid_rules_and_a_missing_monitoring_url_are_render_errors() {
     render::render(&flow(&only_ineligible), &config()).expect("renders");
 }
 
+#[test]
+fn a_monitoring_url_with_credentials_is_refused_and_never_reaches_a_scaled_object() {
+    let with_credentials = FLOW.replace(
+        "http://nats.videoflow.svc:8222",
+        "https://keda:s3cret@nats.videoflow.svc:8222",
+    );
+    let result = render::render(&flow(&with_credentials), &config());
+    if let Ok(r) = &result {
+        let text = serde_json::to_string(&r.objects()).expect("json");
+        panic!(
+            "rendered, with the password in a ScaledObject: {}",
+            text.contains("s3cret")
+        );
+    }
+    match result {
+        Err(RenderError::InvalidField { path, message }) => {
+            assert_eq!(path, "spec.broker.monitoringUrl");
+            assert!(message.contains("user information"), "{message}");
+            assert!(!message.contains("s3cret"), "{message}");
+        }
+        other => panic!("expected an invalid field, got {other:?}"),
+    }
+    // Admission reports it like every other problem, the password nowhere.
+    let problems = format!("{:?}", admit(&flow(&with_credentials), &config()));
+    assert!(problems.contains("spec.broker.monitoringUrl"), "{problems}");
+    assert!(!problems.contains("s3cret"), "{problems}");
+    // Only KEDA reads the monitoring URL: a Flow with no scaler may name it as it likes.
+    let unscaled = with_credentials.replace(
+        "autoscaling: {enabled: true,",
+        "autoscaling: {enabled: false,",
+    );
+    render::render(&flow(&unscaled), &config()).expect("renders");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The apply plan, pruning and status.
 
@@ -362,6 +399,63 @@ fn scaled_objects_are_applied_with_the_workers_and_orphans_are_pruned() {
         may_own_scalers(&f_off),
         "a rendered scaler may be left behind"
     );
+}
+
+/// A live Deployment at `replicas`, resourceVersion "41", whose `spec.replicas` the given
+/// managers own through operations `(manager, operation)`.
+fn live_deployment(replicas: i32, owners: &[(&str, &str)]) -> Deployment {
+    let mut d: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "vf-cams-r1-det", "resourceVersion": "41"},
+        "spec": {"replicas": replicas, "selector": {}, "template": {}},
+    }))
+    .expect("deployment");
+    d.metadata.managed_fields = Some(
+        owners
+            .iter()
+            .map(|(manager, operation)| {
+                serde_json::from_value(serde_json::json!({
+                    "manager": manager, "operation": operation, "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:spec": {"f:replicas": {}, "f:template": {}}},
+                }))
+                .expect("managed fields entry")
+            })
+            .collect(),
+    );
+    d
+}
+
+#[test]
+fn switching_autoscaling_on_hands_the_operators_replica_count_over_before_dropping_it() {
+    let deployment = |text: &str, node: &str| {
+        desired_objects(&rendered(text))
+            .expect("desired")
+            .into_iter()
+            .find(|d| d.kind == "Deployment" && d.name == format!("vf-cams-r1-{node}"))
+            .expect("the node's Deployment")
+    };
+    let autoscaled = deployment(FLOW, "det");
+    assert!(
+        autoscaled.body["spec"].get("replicas").is_none(),
+        "the HPA owns it"
+    );
+
+    // The operator's apply owned the count (autoscaling just switched on): hand it over at
+    // the live value, under the read's resourceVersion.
+    let ours = live_deployment(2, &[(FIELD_MANAGER, "Apply")]);
+    assert_eq!(
+        replicas_handover(&autoscaled, &ours),
+        Some((2, "41".to_owned()))
+    );
+    // Already the HPA's (or anyone else's): nothing to hand over.
+    let hpas = live_deployment(3, &[("kube-controller-manager", "Update")]);
+    assert_eq!(replicas_handover(&autoscaled, &hpas), None);
+    // An update by our own manager name is not our apply.
+    let updated = live_deployment(3, &[(FIELD_MANAGER, "Update")]);
+    assert_eq!(replicas_handover(&autoscaled, &updated), None);
+    // A Deployment the operator keeps a count for never hands it over.
+    let fixed = deployment(FLOW, "sink");
+    assert!(fixed.body["spec"].get("replicas").is_some());
+    assert_eq!(replicas_handover(&fixed, &ours), None);
 }
 
 #[test]

@@ -81,6 +81,19 @@ impl ControlPlane {
     /// [`ControlPlane::start`] with what `options` adds; with a real node, ready once that
     /// node is Ready as well.
     pub fn start_with(options: Options) -> Result<Self, TestkitError> {
+        Self::launch(options, false)
+    }
+
+    /// [`ControlPlane::start`] with KEDA (`scripts/testenv run --keda`): KEDA's operator and
+    /// metrics API server built from the pinned release (`scripts/testenv build-keda`), the
+    /// release's CRDs, `external.metrics.k8s.io` served through the API server's aggregation
+    /// layer, and the HPA controller with a short sync period and downscale window. Ready
+    /// once the aggregator answers for `external.metrics.k8s.io`.
+    pub fn start_with_keda() -> Result<Self, TestkitError> {
+        Self::launch(Options::default(), true)
+    }
+
+    fn launch(options: Options, keda: bool) -> Result<Self, TestkitError> {
         let script = script();
         if !script.is_file() {
             return Err(TestkitError::Io {
@@ -107,6 +120,9 @@ impl ControlPlane {
             .arg(std::process::id().to_string());
         if options.real_node {
             command.arg("--real-node");
+        }
+        if keda {
+            command.arg("--keda");
         }
         let child = command
             .stdin(Stdio::null())

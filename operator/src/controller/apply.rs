@@ -9,6 +9,14 @@
 //! every watcher.
 //!
 //! The plan is pure ([`plan`]); [`execute`] is the thin I/O around it.
+//!
+//! An autoscaled node's Deployment is applied without `spec.replicas`: the HPA KEDA creates
+//! owns the count. Dropping a field from an apply removes it when no other manager owns it,
+//! so a Deployment that had the operator's count (autoscaling switched on in place) would
+//! fall to the default of 1 replica, pods deleted, until the HPA scales it back. The count is
+//! therefore first handed over ([`replicas_handover`]): a second field manager applies the
+//! live value, then the operator's apply lets go of the field and the value stays, as
+//! Kubernetes documents for moving `replicas` to an HPA.
 
 use std::collections::BTreeSet;
 
@@ -17,7 +25,7 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
@@ -28,6 +36,10 @@ use crate::render::{Object, Rendered, ScaledObject};
 
 /// The one field manager of every write the operator makes.
 pub const FIELD_MANAGER: &str = "videoflow-operator";
+
+/// The field manager that holds a Deployment's replica count while the operator's own apply
+/// lets go of it for the HPA ([`replicas_handover`]).
+pub const REPLICAS_HANDOVER_MANAGER: &str = "videoflow-operator-handover";
 
 /// Components the plan never prunes: the teardown Job lives through the Flow's deletion.
 const NEVER_PRUNED: [&str; 1] = [super::teardown::TEARDOWN_COMPONENT];
@@ -276,6 +288,65 @@ pub async fn delete_child(client: &Client, ns: &str, c: &Child) -> Result<(), Re
     }
 }
 
+/// Whether applying `d` would drop a replica count the operator's apply owns: `d` is a
+/// Deployment whose body has no `spec.replicas` (its node is autoscaled) and `live`, as the
+/// API server has it (managed fields included), has `spec.replicas` owned by the operator's
+/// apply. Then the live count and the resourceVersion it was read at, for the handover
+/// apply's precondition: a count the HPA changed in between fails that apply with 409, and
+/// the reconcile is retried.
+pub fn replicas_handover(d: &Desired, live: &Deployment) -> Option<(i32, String)> {
+    if d.kind != "Deployment" || d.body["spec"].get("replicas").is_some() {
+        return None;
+    }
+    let owned = live
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| {
+            m.manager.as_deref() == Some(FIELD_MANAGER) && m.operation.as_deref() == Some("Apply")
+        })
+        .any(|m| {
+            m.fields_v1
+                .as_ref()
+                .and_then(|f| f.0.get("f:spec"))
+                .and_then(serde_json::Value::as_object)
+                .is_some_and(|spec| spec.contains_key("f:replicas"))
+        });
+    let replicas = live.spec.as_ref()?.replicas?;
+    let version = live.metadata.resource_version.clone()?;
+    owned.then_some((replicas, version))
+}
+
+/// Hands an existing Deployment's replica count from the operator's apply to
+/// [`REPLICAS_HANDOVER_MANAGER`] when [`replicas_handover`] says the apply of `d` would drop
+/// it. The Deployment is read by a LIST of its name: the watch caches keep no managed fields.
+async fn hand_over_replicas(client: &Client, ns: &str, d: &Desired) -> Result<(), ReconcileError> {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let live = api
+        .list(&ListParams::default().fields(&format!("metadata.name={}", d.name)))
+        .await
+        .map_err(|e| ReconcileError::kube("list", d.target(), e))?;
+    let Some((replicas, version)) = live.items.first().and_then(|l| replicas_handover(d, l)) else {
+        return Ok(());
+    };
+    tracing::info!(object = %d.target(), replicas, "handing the replica count over to the HPA");
+    let body = serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": d.name, "resourceVersion": version},
+        "spec": {"replicas": replicas},
+    });
+    api.patch(
+        &d.name,
+        &PatchParams::apply(REPLICAS_HANDOVER_MANAGER),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(|e| ReconcileError::kube("apply", d.target(), e))?;
+    Ok(())
+}
+
 /// Runs the plan: applies in order, then prunes; `observed` follows every write.
 pub async fn execute(
     client: &Client,
@@ -284,6 +355,12 @@ pub async fn execute(
     observed: &mut Observed,
 ) -> Result<(), ReconcileError> {
     for d in &plan.apply {
+        if d.kind == "Deployment"
+            && d.body["spec"].get("replicas").is_none()
+            && observed.deployment(&d.name).is_some()
+        {
+            hand_over_replicas(client, ns, d).await?;
+        }
         tracing::info!(object = %d.target(), "applying");
         observed.record(apply_one(client, ns, d).await?);
     }

@@ -149,6 +149,16 @@ pub fn monitoring_endpoint(url: &str) -> (String, bool) {
     (rest.trim_end_matches('/').to_owned(), https)
 }
 
+/// Whether KEDA's endpoint for `url` carries user information (`user:password@host`). KEDA's
+/// nats-jetstream scaler takes the endpoint as plain trigger metadata, so the ScaledObject
+/// would hold the password for anyone who may read it, and the scaler logs the whole
+/// monitoring URL on every failed read; nats-server's monitoring endpoint takes no
+/// credentials anyway.
+pub fn endpoint_has_credentials(url: &str) -> bool {
+    let (endpoint, _) = monitoring_endpoint(url);
+    endpoint.contains('@')
+}
+
 /// What autoscaling renders for one node.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeScaler {
@@ -259,6 +269,18 @@ pub(crate) fn node_scaler(
                 ),
             )
         })?;
+    if endpoint_has_credentials(monitoring) {
+        return Err(invalid(
+            "spec.broker.monitoringUrl".to_owned(),
+            format!(
+                "node '{}' is autoscaled, and the monitoring URL carries user information, \
+                 which KEDA's nats-jetstream scaler would keep in plain text in the \
+                 ScaledObject and write to its logs; nats-server's monitoring endpoint takes \
+                 no credentials: give it as http://host:port",
+                spec.name
+            ),
+        ));
+    }
     let triggers = triggers(
         &ctx.compiled.flow_id,
         &ctx.compiled.run_id,
