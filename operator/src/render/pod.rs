@@ -163,6 +163,8 @@ fn runtime<'a>(index: usize, decl: &'a NodeDecl) -> Result<Runtime<'a>, RenderEr
 const POD_NAME: &str = "POD_NAME";
 const VF_REPLICA_ID: &str = "VF_REPLICA_ID";
 const VF_TERMINATION_LOG: &str = "VF_TERMINATION_LOG";
+/// What a worker does after a clean end (`exit` or `hold`); see [`hold_after_finish`].
+pub const VF_ON_FINISH: &str = "VF_ON_FINISH";
 
 /// The environment of a worker container: the core `VF_*` set, the downward-API identity,
 /// the termination log, then the node's own `env` (which may not redefine any of them).
@@ -194,7 +196,7 @@ fn worker_env(
         let var: EnvVar = parse_value(value, path.clone())?;
         let name = var.name.as_str();
         if rendered.contains_key(name)
-            || [POD_NAME, VF_REPLICA_ID, VF_TERMINATION_LOG].contains(&name)
+            || [POD_NAME, VF_REPLICA_ID, VF_TERMINATION_LOG, VF_ON_FINISH].contains(&name)
         {
             return Err(RenderError::InvalidField {
                 path: format!("{path}.name"),
@@ -225,6 +227,24 @@ fn resources(
         );
     }
     Ok((resources != ResourceRequirements::default()).then_some(resources))
+}
+
+/// Makes the worker of a long-running workload (Deployment, StatefulSet: `restartPolicy:
+/// Always`) hold after a clean end instead of exiting: the kubelet restarts every exit, so a
+/// REALTIME worker whose finite sources ended and whose drain completed would otherwise be
+/// restarted into a replica with nothing to read, then into `CrashLoopBackOff`. Jobs keep the
+/// protocol's exit 0, which is how they complete.
+pub(crate) fn hold_after_finish(pod: &mut PodSpec) {
+    if let Some(worker) = pod
+        .containers
+        .iter_mut()
+        .find(|c| c.name == WORKER_CONTAINER)
+    {
+        worker
+            .env
+            .get_or_insert_with(Vec::new)
+            .push(env_var(VF_ON_FINISH, &EnvValue::Literal("hold".to_owned())));
+    }
 }
 
 /// The pod spec of one node's workload; the caller sets the restart policy.

@@ -8,6 +8,10 @@
 //!   is the replica id that owns a partition (ENV-5 step 2);
 //! - otherwise a Deployment: competing replicas need no identity.
 //!
+//! A Deployment's or StatefulSet's worker gets `VF_ON_FINISH=hold`: it restarts every exit,
+//! so a worker that drained to a clean end stays up until the Flow is deleted
+//! ([`hold_after_finish`]).
+//!
 //! The Job predicate is core's [`renders_as_job`], shared with the autoscaling admission, so
 //! a node never gets a scaler for a workload that cannot scale.
 
@@ -33,7 +37,7 @@ use super::autoscaling::{NodeScaler, ScaledObject, node_scaler};
 use super::context::Ctx;
 use super::error::RenderError;
 use super::labels::Component;
-use super::pod::{HEALTH_PORT_NAME, WORKER_CONTAINER, worker_pod_spec};
+use super::pod::{HEALTH_PORT_NAME, WORKER_CONTAINER, hold_after_finish, worker_pod_spec};
 use crate::crd::{ScalerStatus, WorkloadRef};
 
 /// Retries of a node's Job before it fails: the supervisor contract of ABORT-6 (3 restarts,
@@ -174,15 +178,12 @@ pub(crate) fn node_objects(ctx: &Ctx, spec: &NodeSpec) -> Result<NodeObjects, Re
         .run
         .meta(name.clone(), Component::Worker, Some(&spec.name));
     let indexed = kind == WorkloadKind::Job && replicas > 1;
+    let long_running = kind != WorkloadKind::Job;
     let mut pod = worker_pod_spec(ctx, spec, indexed)?;
-    pod.restart_policy = Some(
-        if kind == WorkloadKind::Job {
-            "Never"
-        } else {
-            "Always"
-        }
-        .into(),
-    );
+    pod.restart_policy = Some(if long_running { "Always" } else { "Never" }.into());
+    if long_running {
+        hold_after_finish(&mut pod);
+    }
     let template = PodTemplateSpec {
         metadata: Some(ObjectMeta {
             annotations: ctx.pod.pod_annotations(),
@@ -241,7 +242,6 @@ pub(crate) fn node_objects(ctx: &Ctx, spec: &NodeSpec) -> Result<NodeObjects, Re
             ..Deployment::default()
         }),
     };
-    let long_running = kind != WorkloadKind::Job;
     Ok(NodeObjects {
         node: spec.name.clone(),
         service: (kind == WorkloadKind::StatefulSet).then(|| headless_service(ctx, spec, &name)),
