@@ -926,6 +926,30 @@ fn exec_components_run_the_copied_worker_in_the_users_image() {
     );
     // Builtin nodes have no init container.
     assert!(self::pod(&r, "cam").init_containers.is_none());
+    // The user's image keeps its working directory (its program may import from it).
+    assert_eq!(c.working_dir, None);
+}
+
+/// The worker image's root is read-only: a built-in node's relative paths (a self-check's
+/// verdict, a sink's file) must land in the writable scratch volume, as the local runner
+/// puts them in its run directory — not fail at `close()` with a read-only file system.
+#[test]
+fn builtin_workers_run_in_the_writable_scratch_directory() {
+    let text = std::fs::read_to_string(repo_root().join("config/samples/toy-calculator.yaml"))
+        .expect("sample");
+    let r = rendered(&text);
+    for node in ["numbers", "double", "pair", "check"] {
+        let c = worker(&r, node);
+        assert_eq!(c.working_dir.as_deref(), Some("/tmp"), "{node}");
+        let scratch = c
+            .volume_mounts
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .find(|m| m.mount_path == "/tmp")
+            .expect("the scratch mount");
+        assert_ne!(scratch.read_only, Some(true), "{node}: /tmp is writable");
+    }
 }
 
 #[test]

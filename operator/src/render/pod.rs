@@ -261,6 +261,11 @@ pub(crate) fn worker_pod_spec(
     let mut volumes = vec![tmp];
     let mut mounts = vec![tmp_mount];
     let mut init_containers = Vec::new();
+    // A built-in node's relative paths (a sink's file, a self-check's verdict) land in the
+    // writable scratch volume, as the local runner puts them in its run directory: the
+    // worker image's root is read-only. A user's image keeps its own working directory, which
+    // its program may need (a Python module beside it).
+    let working_dir = matches!(runtime, Runtime::Builtin).then(|| TMP_DIR.to_owned());
     let (image, command, args) = match runtime {
         Runtime::Builtin => (ctx.image.clone(), vec![WORKER_BINARY.to_owned()], None),
         Runtime::Exec { image, argv } => {
@@ -328,6 +333,7 @@ pub(crate) fn worker_pod_spec(
         // The worker writes a JSON reason there; abrupt deaths fall back to the log tail.
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         volume_mounts: Some(mounts),
+        working_dir,
         ..Container::default()
     };
     let mut pod = PodSpec {
