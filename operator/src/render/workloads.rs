@@ -130,6 +130,9 @@ pub struct NodeObjects {
     /// `status.nodes[].scaler`: rendered or not, and why; `None` when autoscaling was not
     /// requested for the node.
     pub scaler: Option<ScalerStatus>,
+    /// The workloads that must be up before this node's workload is created
+    /// ([`start_order`]); empty in a BATCH flow.
+    pub start_after: Vec<WorkloadRef>,
 }
 
 impl NodeObjects {
@@ -139,6 +142,34 @@ impl NodeObjects {
             kind: self.workload.kind().as_str().to_owned(),
             name: self.workload.name().to_owned(),
         }
+    }
+}
+
+/// The start order of a REALTIME run: each node's workload after the workloads of its
+/// children, so every node is up before anything reaches it — the local runner's order.
+///
+/// Why: a REALTIME stream keeps only its newest message (STREAM-2) and a live publisher never
+/// waits (DELIV-4), so whatever a node publishes before its consumers pull is replaced by
+/// what comes next; a finite source that starts first loses everything but its end-of-stream.
+/// BATCH streams keep every message for durables that exist from provisioning on: no order.
+pub(crate) fn start_order(flow_type: FlowType, specs: &[NodeSpec], nodes: &mut [NodeObjects]) {
+    if flow_type != FlowType::Realtime {
+        return;
+    }
+    let refs: Vec<(String, WorkloadRef)> = nodes
+        .iter()
+        .map(|n| (n.node.clone(), n.workload_ref()))
+        .collect();
+    for node in nodes.iter_mut() {
+        node.start_after = specs
+            .iter()
+            .filter(|s| s.parents.contains(&node.node))
+            .filter_map(|child| {
+                refs.iter()
+                    .find(|(name, _)| *name == child.name)
+                    .map(|(_, r)| r.clone())
+            })
+            .collect();
     }
 }
 
@@ -250,6 +281,7 @@ pub(crate) fn node_objects(ctx: &Ctx, spec: &NodeSpec) -> Result<NodeObjects, Re
         workload,
         scaled_object,
         scaler,
+        start_after: Vec::new(),
     })
 }
 
