@@ -345,7 +345,9 @@ fn scaled_objects_are_applied_with_the_workers_and_orphans_are_pruned() {
     assert_eq!(so[0].body["apiVersion"], "keda.sh/v1alpha1");
     assert_eq!(so[0].body["kind"], "ScaledObject");
 
-    // Before provisioning completes, no ScaledObject is applied; after, it is.
+    // Before provisioning completes, no ScaledObject is applied; after, it is, with its
+    // Deployment — once `det`'s child `fuse` is up (a REALTIME node starts after its
+    // children).
     let observed = Observed::default();
     assert!(
         plan(&desired, &observed, false, Some(UID))
@@ -355,6 +357,25 @@ fn scaled_objects_are_applied_with_the_workers_and_orphans_are_pruned() {
     );
     assert!(
         plan(&desired, &observed, true, Some(UID))
+            .apply
+            .iter()
+            .all(|d| d.kind != "ScaledObject"),
+        "det waits for fuse"
+    );
+    let Workload::Deployment(fuse) = &r.node("fuse").expect("fuse").workload else {
+        panic!("fuse is a Deployment");
+    };
+    let mut fuse = fuse.clone();
+    fuse.status = Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+        ready_replicas: Some(1),
+        ..Default::default()
+    });
+    let fuse_up = Observed {
+        deployments: vec![fuse],
+        ..Observed::default()
+    };
+    assert!(
+        plan(&desired, &fuse_up, true, Some(UID))
             .apply
             .iter()
             .any(|d| d.kind == "ScaledObject")

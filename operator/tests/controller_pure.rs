@@ -463,3 +463,105 @@ fn metrics_count_reconciles_errors_and_flows_by_phase() {
         "{text}"
     );
 }
+
+/// A REALTIME flow whose producers are all finite ends like a BATCH one, but its
+/// long-running nodes hold rather than complete: once every producer's Job completed the
+/// status says so (`Complete=False`/`Progressing=False`, reason `SourcesEnded`, one Event),
+/// the flow stays Ready and nothing reads as Degraded.
+#[test]
+fn a_realtime_flow_whose_finite_sources_ended_says_so_and_stays_ready() {
+    use k8s_openapi::api::apps::v1::DeploymentStatus;
+    use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
+    use videoflow_operator::controller::status::{StatusConfig, compute_status};
+    use videoflow_operator::render::Workload;
+
+    let text = std::fs::read_to_string(
+        videoflow_testkit::manifest_dir(env!("CARGO_MANIFEST_DIR"))
+            .join("../config/samples/toy-fusion.yaml"),
+    )
+    .expect("sample");
+    let mut f = flow(&text);
+    f.metadata.namespace = Some("ns".into());
+    f.metadata.generation = Some(1);
+    let cfg = RenderConfig {
+        nats_url: Some("nats://n:4222".into()),
+        ..config()
+    };
+    let r = render::render(&f, &cfg).expect("renders");
+    let complete = |mut job: Job| {
+        job.status = Some(JobStatus {
+            conditions: Some(vec![JobCondition {
+                type_: "Complete".into(),
+                status: "True".into(),
+                ..JobCondition::default()
+            }]),
+            ..JobStatus::default()
+        });
+        job
+    };
+    let running = |mut job: Job| {
+        job.status = Some(JobStatus {
+            ready: Some(1),
+            ..JobStatus::default()
+        });
+        job
+    };
+    let observed = |producers_done: bool| {
+        let mut o = Observed {
+            jobs: vec![complete(r.provision.clone())],
+            ..Observed::default()
+        };
+        for n in &r.nodes {
+            match &n.workload {
+                Workload::Job(j) if producers_done => o.jobs.push(complete(j.clone())),
+                Workload::Job(j) => o.jobs.push(running(j.clone())),
+                Workload::Deployment(d) => {
+                    let mut d = d.clone();
+                    d.status = Some(DeploymentStatus {
+                        ready_replicas: Some(1),
+                        ..DeploymentStatus::default()
+                    });
+                    o.deployments.push(d);
+                }
+                Workload::StatefulSet(_) => panic!("toy-fusion has no StatefulSet"),
+            }
+        }
+        o
+    };
+    let cond = |s: &FlowStatus, t: &str| {
+        let c = s.condition(t).unwrap_or_else(|| panic!("{t}"));
+        (c.status.clone(), c.reason.clone())
+    };
+    let t0 = ts("2030-01-01T00:00:00Z");
+    let live = compute_status(&f, &r, &observed(false), t0, &StatusConfig::default()).status;
+    assert_eq!(cond(&live, "Complete"), ("False".into(), "Realtime".into()));
+    assert_eq!(
+        cond(&live, "Progressing"),
+        ("True".into(), "Running".into())
+    );
+    assert_eq!(cond(&live, "Ready").0, "True");
+
+    f.status = Some(live.clone());
+    let ended = compute_status(&f, &r, &observed(true), t0, &StatusConfig::default()).status;
+    assert_eq!(
+        cond(&ended, "Complete"),
+        ("False".into(), "SourcesEnded".into()),
+        "a realtime flow never completes: its long-running nodes hold"
+    );
+    assert_eq!(
+        cond(&ended, "Progressing"),
+        ("False".into(), "SourcesEnded".into())
+    );
+    assert_eq!(cond(&ended, "Ready").0, "True");
+    assert_eq!(cond(&ended, "Degraded").0, "False");
+    assert_eq!(ended.phase, Some(FlowPhase::Running));
+    let events = transitions(&live, &ended);
+    assert_eq!(
+        events.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(),
+        ["SourcesEnded"],
+        "{events:?}"
+    );
+    assert!(!events[0].warning);
+    // Said once: the same status again is no event.
+    assert!(transitions(&ended, &ended).is_empty());
+}

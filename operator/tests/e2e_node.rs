@@ -1,56 +1,25 @@
 //! The images and the operator on the test cluster's real node (`scripts/testenv run
-//! --real-node`): the worker and operator images as `scripts/images` builds them from the real
-//! Dockerfiles, their layout, their binaries running in real containers, and the operator
-//! installed from its image by the chart exactly as the README's Kubernetes section says.
+//! --real-node`): the worker, operator and Python SDK images as `scripts/images` builds them
+//! from the real Dockerfiles, their layout, their binaries running in real containers, the
+//! operator installed from its image by the chart exactly as the README's Kubernetes section
+//! says, every sample Flow run in real containers, and what a user meets when a worker dies,
+//! when `open()` is slow, and when a Flow is deleted.
 //!
-//! Needs `scripts/images build` (`./scripts/test` and `scripts/install-deps` run it) and the
-//! real node (`scripts/testenv build-node`); each missing piece fails with its remedy.
+//! Needs `scripts/images build` (`./scripts/test` runs it) and the real node (`scripts/testenv
+//! build-node`); each missing piece fails with its remedy.
+
+#[path = "e2e_node/node.rs"]
+mod node;
 
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::path::Path;
 
+use node::{
+    Node, archives, condition, finished_pod, get_json, kubectl, repo, stream_names, wait_for,
+};
 use serde_json::{Value, json};
+use videoflow_core::naming;
 use videoflow_operator::render::pod::{STATIC_WORKER_BINARY, WORKER_BINARY};
-use videoflow_testkit::control_plane::testenv_bin;
-use videoflow_testkit::{ControlPlane, ControlPlaneOptions, NatsServer, manifest_dir};
-
-const WAIT: Duration = Duration::from_secs(180);
-
-fn repo() -> PathBuf {
-    manifest_dir(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// A variable as `scripts/env.sh` (and `scripts/images path`) set it.
-fn env_sh(expr: &str) -> String {
-    let out = Command::new("bash")
-        .args(["-c", &format!(". scripts/env.sh && {expr}")])
-        .current_dir(repo())
-        .output()
-        .expect("bash");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-/// The image archives, fresh for this checkout.
-fn archives() -> (PathBuf, PathBuf) {
-    let fresh = Command::new("bash")
-        .arg(repo().join("scripts/images"))
-        .arg("check")
-        .status()
-        .expect("scripts/images check");
-    assert!(
-        fresh.success(),
-        "the image archives are missing or older than the sources: run scripts/images build \
-         (./scripts/test and scripts/install-deps run it)"
-    );
-    let dir = PathBuf::from(env_sh("scripts/images path"));
-    (
-        dir.join("videoflow-worker.tar"),
-        dir.join("videoflow-operator.tar"),
-    )
-}
 
 // ------------------------------------------------------------------ image layout (offline)
 
@@ -164,8 +133,7 @@ fn assert_no_shell(name: &str, image: &Image) {
 
 #[test]
 fn image_1_the_worker_image_has_both_workers_the_copy_tool_and_no_shell() {
-    let (worker, _) = archives();
-    let image = read_image(&worker);
+    let image = read_image(&archives().worker);
     let c = &image.config["config"];
     assert_eq!(c["User"], "65532:65532", "{c}");
     assert_eq!(c["Entrypoint"], json!([WORKER_BINARY]), "{c}");
@@ -201,8 +169,7 @@ fn image_1_the_worker_image_has_both_workers_the_copy_tool_and_no_shell() {
 
 #[test]
 fn image_1_the_operator_image_is_one_static_binary_and_no_shell() {
-    let (_, operator) = archives();
-    let image = read_image(&operator);
+    let image = read_image(&archives().operator);
     let c = &image.config["config"];
     assert_eq!(c["User"], "65532:65532", "{c}");
     assert_eq!(
@@ -218,89 +185,17 @@ fn image_1_the_operator_image_is_one_static_binary_and_no_shell() {
 
 // ------------------------------------------------------------------ on the real node
 
-fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
-    videoflow_testkit::kubectl::kubectl(kubeconfig, args, stdin)
-}
-
-fn wait_for<T>(what: &str, f: impl FnMut() -> Result<Option<T>, String>) -> T {
-    videoflow_testkit::kubectl::wait_for(what, WAIT, Duration::from_millis(500), f)
-}
-
-fn get_json(kc: &Path, args: &[&str]) -> Result<Value, String> {
-    let mut all = args.to_vec();
-    all.extend(["-o", "json"]);
-    serde_json::from_str(&kubectl(kc, &all, None)?).map_err(|e| e.to_string())
-}
-
-/// The cluster with its real node, the images loaded, kwok's node cordoned (so every pod runs
-/// for real), and a nats-server the pods reach on the host's end of the node's link.
-struct Node {
-    nats: NatsServer,
-    host_ip: String,
-    plane: ControlPlane,
-    // Held until the cluster is gone: one real node at a time (two at once on two busy cores
-    // pushed a REALTIME sample's readiness past the deadline).
-    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
-}
-
-static ONE_NODE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn node() -> Node {
-    let guard = ONE_NODE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let (worker, operator) = archives();
-    let plane = ControlPlane::start_with(ControlPlaneOptions { real_node: true })
-        .unwrap_or_else(|e| panic!("{e}"));
-    let host_ip = plane.real_node().expect("a real node").host_ip.clone();
-    plane
-        .load_images(&[&worker, &operator])
-        .unwrap_or_else(|e| panic!("{e}"));
-    kubectl(plane.kubeconfig(), &["cordon", "kwok-node-0"], None).unwrap_or_else(|e| panic!("{e}"));
-    let nats = NatsServer::start_with(&["-a", "0.0.0.0"]).unwrap_or_else(|e| panic!("{e}"));
-    Node {
-        nats,
-        host_ip,
-        plane,
-        _one_at_a_time: guard,
-    }
-}
-
-impl Node {
-    fn kc(&self) -> &Path {
-        self.plane.kubeconfig()
-    }
-    fn nats_url(&self) -> String {
-        format!("nats://{}:{}", self.host_ip, self.nats.port())
-    }
-    fn log(&self, component: &str) -> String {
-        self.plane.log_tail(component, 40)
-    }
-}
-
-/// A pod's final state once every container of it has terminated.
-fn finished_pod(kc: &Path, ns: &str, name: &str) -> Value {
-    wait_for(&format!("pod {ns}/{name} to finish"), || {
-        let pod = get_json(kc, &["-n", ns, "get", "pod", name])?;
-        let phase = pod["status"]["phase"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        if phase == "Succeeded" || phase == "Failed" {
-            Ok(Some(pod))
-        } else {
-            Err(pod["status"].to_string())
-        }
-    })
-}
+const RESTRICTED: &str = r#"{"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+                             "runAsNonRoot": true, "capabilities": {"drop": ["ALL"]}}"#;
 
 #[test]
-fn the_worker_image_runs_read_only_and_its_static_worker_runs_in_an_image_without_libc() {
-    let n = node();
-    let restricted = json!({"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
-                            "runAsNonRoot": true, "capabilities": {"drop": ["ALL"]}});
+fn the_images_run_read_only_and_the_static_worker_runs_in_an_image_without_libc() {
+    let a = archives();
+    let n = node::node(&[&a.worker, &a.python]);
+    let restricted: Value = serde_json::from_str(RESTRICTED).expect("json");
     // The init container copies the static worker as the operator renders it; the main
     // container is the pause image (one static file, no libc, no shell) running that copy.
+    // The Python image, read-only and as 65532, imports what the exec samples need.
     let pod = json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "images", "namespace": "default"},
         "spec": {
@@ -314,7 +209,13 @@ fn the_worker_image_runs_read_only_and_its_static_worker_runs_in_an_image_withou
                  "command": ["cp", STATIC_WORKER_BINARY, "/videoflow/bin/videoflow-worker"],
                  "volumeMounts": [{"name": "bin", "mountPath": "/videoflow/bin"}]},
                 {"name": "video-worker", "image": "videoflow/videoflow-worker:0.1.0",
-                 "imagePullPolicy": "Never", "securityContext": restricted, "args": ["--version"]}
+                 "imagePullPolicy": "Never", "securityContext": restricted, "args": ["--version"]},
+                {"name": "python", "image": "videoflow/sdk-python-examples:0.1.0",
+                 "imagePullPolicy": "Never", "securityContext": restricted,
+                 "command": ["python3", "-c",
+                     "import numpy, cv2, videoflow_sdk, videoflow_sdk.examples.hog_people; \
+                      cv2.HOGDescriptor().setSVMDetector(cv2.HOGDescriptor_getDefaultPeopleDetector()); \
+                      print('python-image ok', cv2.__version__)"]}
             ],
             "containers": [
                 {"name": "copied", "image": "registry.k8s.io/pause:3.10.2",
@@ -334,191 +235,462 @@ fn the_worker_image_runs_read_only_and_its_static_worker_runs_in_an_image_withou
         done["status"],
         n.log("node-kubelet")
     );
-    for c in ["video-worker", "copied"] {
+    for (c, expect) in [
+        ("video-worker", "videoflow-worker"),
+        ("copied", "videoflow-worker"),
+        ("python", "python-image ok"),
+    ] {
         let logs =
             kubectl(n.kc(), &["logs", "images", "-c", c], None).unwrap_or_else(|e| panic!("{e}"));
-        assert!(logs.contains("videoflow-worker"), "{c}: {logs}");
+        assert!(logs.contains(expect), "{c}: {logs}");
     }
 }
 
-/// The README's `helm install` and `rollout status` commands (continuations joined), with
-/// `natsUrl` pointed at the test's server.
-fn readme_install_commands(nats_url: &str) -> Vec<String> {
-    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
-    let section = readme
-        .split("\n## Kubernetes")
-        .nth(1)
-        .and_then(|s| s.split("\n## ").next())
-        .expect("README: a ## Kubernetes section");
-    let mut commands = Vec::new();
-    let mut current = String::new();
-    let mut in_sh = false;
-    for line in section.lines() {
-        if line.starts_with("```") {
-            in_sh = line == "```sh";
-            continue;
-        }
-        if !in_sh {
-            continue;
-        }
-        let part = line.trim_end();
-        match part.strip_suffix('\\') {
-            Some(head) => current.push_str(head),
-            None => {
-                current.push_str(part);
-                commands.push(std::mem::take(&mut current));
+/// A sample as a user applies it on a cluster, changed only where a cluster differs from the
+/// local runner: the payload store is the test's redis-server (the local runner starts a
+/// private one for `payloadStore: {}`), and the people sample's files — its input clip and
+/// the video the writer writes and the check reads back — are on a volume every pod mounts
+/// (locally they share the run directory). Everything else, relative paths included, is the
+/// sample as written.
+fn sample(n: &Node, name: &str, shared: &Path) -> Value {
+    let text = std::fs::read_to_string(repo().join(format!("config/samples/{name}.yaml")))
+        .expect("sample");
+    let mut flow: Value = serde_yaml::from_str(&text).expect("sample YAML");
+    let spec = &mut flow["spec"];
+    if spec.get("payloadStore").is_some() {
+        spec["payloadStore"]["url"] = json!(n.redis_url());
+    }
+    if name == "people" {
+        spec["pod"] = json!({
+            "volumes": [{"name": "shared", "hostPath": {"path": shared, "type": "Directory"}}],
+            "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+        });
+        for node in spec["nodes"].as_array_mut().into_iter().flatten() {
+            let name = node["name"].as_str().unwrap_or_default().to_owned();
+            let params = &mut node["params"];
+            match Some(name.as_str()) {
+                Some("video") => params["video_file"] = json!("/shared/people.mp4"),
+                Some("write") => params["video_file"] = json!("/shared/annotated.mp4"),
+                Some("check") => {
+                    params["video_file"] = json!("/shared/annotated.mp4");
+                    params["contact_sheet"] = json!("/shared/contact-sheet.png");
+                }
+                _ => {}
             }
         }
     }
-    let install: Vec<String> = commands
-        .into_iter()
-        .filter(|c| c.starts_with("helm install") || c.contains(" rollout status "))
-        .map(|c| {
-            c.split_whitespace()
-                .map(|w| match w.strip_prefix("natsUrl=") {
-                    Some(_) => format!("natsUrl={nats_url}"),
-                    None => w.to_owned(),
-                })
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .collect();
-    assert_eq!(
-        install.len(),
-        2,
-        "README: helm install and rollout status: {install:?}"
-    );
-    install
+    flow
 }
 
-fn run_readme_command(n: &Node, command: &str) {
-    let bin = testenv_bin().unwrap_or_else(|e| panic!("{e}"));
-    let helm = PathBuf::from(env_sh("printf %s \"$VF_HELM\""));
-    let dir = n.plane.state_dir().expect("state").join("readme-bin");
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    for (name, target) in [("kubectl", bin.join("kubectl")), ("helm", helm)] {
-        let _ = std::fs::remove_file(dir.join(name));
-        std::os::unix::fs::symlink(&target, dir.join(name)).expect("symlink");
-    }
-    let path = format!(
-        "{}:{}",
-        dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let mut child = Command::new("timeout")
-        .args(["180", "bash", "-c", command])
-        .current_dir(repo())
-        .env("KUBECONFIG", n.kc())
-        .env("PATH", path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("bash");
-    let mut out = String::new();
-    let _ = child.stdout.take().map(|mut s| s.read_to_string(&mut out));
-    let mut err = String::new();
-    let _ = child.stderr.take().map(|mut s| s.read_to_string(&mut err));
-    let status = child.wait().expect("wait");
+/// The people sample's input, made here as its header says (drawn figures, encoded by the
+/// ffmpeg CLI), with the SDK's own clip maker.
+fn people_clip(dir: &Path) {
+    let out = std::process::Command::new(node::env_sh("printf %s \"$VF_SDK_PYTHON\""))
+        .args(["-m", "videoflow_sdk.examples.people_clip"])
+        .arg(dir.join("people.mp4"))
+        .args(["--frames", "32"])
+        .env("PYTHONPATH", repo().join("sdk/python"))
+        .output()
+        .expect("the SDK venv's python (scripts/install-deps)");
     assert!(
-        status.success(),
-        "README command `{command}` failed ({status}):\n{out}\n{err}\nkubelet:\n{}",
-        n.log("node-kubelet")
+        out.status.success(),
+        "people_clip: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
+    let mut mode = std::fs::metadata(dir.join("people.mp4"))
+        .expect("clip")
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut mode, 0o644);
+    std::fs::set_permissions(dir.join("people.mp4"), mode).expect("chmod");
 }
 
-#[test]
-fn the_chart_installs_the_operator_from_its_image_and_a_batch_sample_completes_in_real_containers()
-{
-    let n = node();
-    for command in readme_install_commands(&n.nats_url()) {
-        run_readme_command(&n, &command);
+/// The streams of a run: one per node (NAME-3).
+fn run_streams(flow: &Value) -> Vec<String> {
+    let name = flow["metadata"]["name"].as_str().unwrap_or_default();
+    let run = flow["status"]["runId"].as_str().unwrap_or_default();
+    flow["spec"]["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n["name"].as_str())
+        .map(|node| naming::stream_name(name, run, node))
+        .collect()
+}
+
+/// The sample's self-check passed, in its `check` worker's own words: `close()` writes the
+/// verdict, and an error there is logged without changing the exit status (LOOP-1), so a
+/// completed Job alone does not say it.
+fn assert_self_check_passed(n: &Node, ns: &str, flow: &str) {
+    let logs = wait_for(&format!("{flow}: the check's verdict"), || {
+        let logs = n.node_logs(ns, flow, "check");
+        if logs.contains("self-check ok") || logs.contains("close() failed") {
+            Ok(Some(logs))
+        } else {
+            Err(tail(&logs))
+        }
+    });
+    assert!(logs.contains("self-check ok"), "{flow}: {}", tail(&logs));
+}
+
+/// The last lines of a log, for failure messages.
+fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+/// Every pod ran on the real node and no container of any restarted.
+fn assert_real_and_never_restarted(n: &Node, ns: &str) {
+    let pods = get_json(n.kc(), &["-n", ns, "get", "pods"]).unwrap_or_else(|e| panic!("{e}"));
+    let items = pods["items"].as_array().cloned().unwrap_or_default();
+    assert!(!items.is_empty(), "no pods in {ns}");
+    for p in &items {
+        let name = &p["metadata"]["name"];
+        assert_eq!(p["spec"]["nodeName"], "vf-node-0", "{name}");
+        for c in ["initContainerStatuses", "containerStatuses"]
+            .iter()
+            .flat_map(|k| p["status"][k].as_array().cloned().unwrap_or_default())
+        {
+            assert_eq!(c["restartCount"], 0, "{name}: {c}");
+        }
     }
-    let ns = "e2e-node";
-    kubectl(n.kc(), &["create", "namespace", ns], None).unwrap_or_else(|e| panic!("{e}"));
-    let operator_logs = || {
-        kubectl(
+}
+
+/// The chart installs the operator from its image as the README says, and every sample of
+/// `config/samples/` runs in real containers on the real node: the BATCH ones complete and
+/// their self-checks pass (read from the `check` workers' logs: a self-check's verdict does
+/// not change a worker's exit status, LOOP-1), the exec samples run the SDK's Python
+/// components in the Python image with the worker copied in by the init container, and the
+/// REALTIME `toy-fusion` becomes Ready, then — its finite sources ended — says so without a
+/// restart or a Degraded condition. Deleting each Flow takes its pods, Jobs, workloads and
+/// JetStream streams with it (the flow-level dead-letter stream stays, NAME-9).
+#[test]
+fn every_sample_runs_in_real_containers_under_the_operator_installed_from_its_image() {
+    let a = archives();
+    let n = node::node(&[&a.worker, &a.operator, &a.python]);
+    n.install_operator();
+    let ns = "e2e-samples";
+    n.namespace(ns);
+    let shared = n.shared_dir("shared");
+    people_clip(&shared);
+    let batch = [
+        "toy-calculator",
+        "toy-router",
+        "frames",
+        "python-component",
+        "people",
+    ];
+    let all: Vec<&str> = batch.iter().copied().chain(["toy-fusion"]).collect();
+    // The REALTIME sample first and on its own: its time join pairs ticks by their arrival
+    // within a 2 s timeout, which the BATCH samples' load on two shared cores could stretch.
+    let started = std::time::Instant::now();
+    n.apply(ns, &sample(&n, "toy-fusion", &shared));
+    // Ready while it runs; once its finite producers' Jobs completed, the status says its
+    // sources ended, and it stays Ready — its check drained and holds.
+    let fusion = n.wait_flow(ns, "toy-fusion", "sources ended", |f| {
+        let complete = condition(f, "Complete")?;
+        (complete["reason"] == "SourcesEnded").then(|| f.clone())
+    });
+    eprintln!("toy-fusion: SourcesEnded after {:?}", started.elapsed());
+    for (t, status) in [
+        ("Ready", "True"),
+        ("Degraded", "False"),
+        ("Progressing", "False"),
+    ] {
+        assert_eq!(
+            condition(&fusion, t).map(|c| &c["status"]),
+            Some(&json!(status)),
+            "{t}: {}",
+            fusion["status"]
+        );
+    }
+    assert_self_check_passed(&n, ns, "toy-fusion");
+
+    let started = std::time::Instant::now();
+    for name in batch {
+        n.apply(ns, &sample(&n, name, &shared));
+    }
+    for name in batch {
+        n.wait_flow(ns, name, "Complete", |f| {
+            condition(f, "Complete").filter(|c| c["status"] == "True")?;
+            Some(())
+        });
+        eprintln!("{name}: Complete after {:?}", started.elapsed());
+    }
+    for name in batch {
+        assert_self_check_passed(&n, ns, name);
+    }
+    // The fusion check held rather than exit: its one container is still the first.
+    let (_, check) = n.workload(ns, "toy-fusion", "check");
+    let held = n.node_logs(ns, "toy-fusion", "check");
+    assert!(held.contains("holding until stopped"), "{check}: {held}");
+    // The people sample wrote its video where the check read it back.
+    for f in ["annotated.mp4", "contact-sheet.png"] {
+        let len = std::fs::metadata(shared.join(f)).map_or(0, |m| m.len());
+        assert!(len > 0, "people: {f} is missing or empty");
+    }
+    // The exec nodes ran in the Python image, the worker copied in by the init container.
+    for (flow, node) in [
+        ("python-component", "invert"),
+        ("python-component", "restore"),
+        ("people", "detect"),
+    ] {
+        let pods = get_json(
             n.kc(),
             &[
                 "-n",
-                "videoflow-system",
-                "logs",
-                "deploy/videoflow-videoflow-operator",
-                "--tail",
-                "30",
+                ns,
+                "get",
+                "pods",
+                "-l",
+                &format!("videoflow.io/flow={flow},videoflow.io/node={node}"),
             ],
-            None,
         )
-        .unwrap_or_else(|e| e)
-    };
-    // The BATCH sample completes. The REALTIME toy-fusion is not here yet: its finite
-    // producers end, its `check` Deployment then exits 0 and is restarted into
-    // CrashLoopBackOff (Degraded) — a defect real pods show and kwok cannot (docs/TESTING.md).
-    let samples = [("toy-calculator", "Complete")];
-    for (sample, _) in samples {
-        let text = std::fs::read_to_string(repo().join(format!("config/samples/{sample}.yaml")))
-            .expect("sample");
-        kubectl(n.kc(), &["-n", ns, "apply", "-f", "-"], Some(&text))
-            .unwrap_or_else(|e| panic!("{e}"));
-    }
-    for (sample, condition) in samples {
-        wait_for(&format!("{sample} {condition} in real containers"), || {
-            let flow = get_json(n.kc(), &["-n", ns, "get", "flow", sample])?;
-            let reached = flow["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["type"] == condition && c["status"] == "True");
-            if reached {
-                Ok(Some(()))
-            } else {
-                let pods = kubectl(n.kc(), &["-n", ns, "get", "pods", "-o", "wide"], None)?;
-                Err(format!(
-                    "{}\n{pods}\noperator:\n{}",
-                    flow["status"],
-                    operator_logs()
-                ))
-            }
-        });
-    }
-    // Every pod ran on the real node, and no worker was restarted by a probe.
-    let pods = get_json(n.kc(), &["-n", ns, "get", "pods"]).unwrap_or_else(|e| panic!("{e}"));
-    let items = pods["items"].as_array().cloned().unwrap_or_default();
-    assert!(!items.is_empty());
-    for p in &items {
-        assert_eq!(
-            p["spec"]["nodeName"], "vf-node-0",
-            "{}",
-            p["metadata"]["name"]
-        );
-        for c in p["status"]["containerStatuses"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            assert_eq!(c["restartCount"], 0, "{}: {c}", p["metadata"]["name"]);
+        .unwrap_or_else(|e| panic!("{e}"));
+        let items = pods["items"].as_array().cloned().unwrap_or_default();
+        assert!(!items.is_empty(), "{flow}/{node}: no pods");
+        for p in items {
+            assert_eq!(
+                p["spec"]["containers"][0]["image"], "videoflow/sdk-python-examples:0.1.0",
+                "{flow}/{node}"
+            );
+            let init = &p["status"]["initContainerStatuses"][0];
+            assert_eq!(init["name"], "install-worker", "{flow}/{node}: {init}");
+            assert_eq!(
+                init["state"]["terminated"]["exitCode"], 0,
+                "{flow}/{node}: {init}"
+            );
+            assert_eq!(p["status"]["phase"], "Succeeded", "{flow}/{node}");
         }
     }
-    for (sample, _) in samples {
+    assert_real_and_never_restarted(&n, ns);
+
+    // Teardown: every run's streams exist now and are gone after the delete.
+    let flows: Vec<Value> = all
+        .iter()
+        .map(|f| get_json(n.kc(), &["-n", ns, "get", "flow", f]).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    let before = stream_names(&n.nats);
+    let expected: Vec<String> = flows.iter().flat_map(run_streams).collect();
+    for s in &expected {
+        assert!(
+            before.contains(s),
+            "{s} missing before the delete: {before:?}"
+        );
+    }
+    for name in &all {
         kubectl(
             n.kc(),
-            &["-n", ns, "delete", "flow", sample, "--timeout=170s"],
+            &["-n", ns, "delete", "flow", name, "--timeout=170s"],
             None,
         )
-        .unwrap_or_else(|e| panic!("{e}\noperator:\n{}", operator_logs()));
+        .unwrap_or_else(|e| panic!("{e}\noperator:\n{}", n.operator_log()));
     }
-    wait_for("the runs' pods and Jobs gone", || {
+    wait_for("the runs' pods, Jobs and workloads gone", || {
         let left = kubectl(
             n.kc(),
             &[
                 "-n",
                 ns,
                 "get",
-                "pods,jobs,deployments,statefulsets",
+                "pods,jobs,deployments,statefulsets,services,configmaps",
+                "-l",
+                "app.kubernetes.io/managed-by=videoflow-operator",
                 "-o",
                 "name",
             ],
             None,
         )?;
-        Ok(left.trim().is_empty().then_some(()))
+        if left.trim().is_empty() {
+            Ok(Some(()))
+        } else {
+            Err(left)
+        }
     });
+    let after = stream_names(&n.nats);
+    let dlq: Vec<String> = all.iter().map(|f| naming::dlq_stream_name(f)).collect();
+    for s in &after {
+        assert!(
+            dlq.contains(s),
+            "stream {s} outlived its Flow's deletion; left: {after:?}"
+        );
+    }
+}
+
+/// A node needing an asset that is not there exits 3 with its termination record; the
+/// kubelet reports it and the operator shows it as `Degraded` with the worker's code and
+/// remedy. A node whose `open()` outlasts the liveness window (small probe budgets) is not
+/// restarted: the kubelet's startup probe failed on `/readyz` while `open()` ran, passed
+/// after it, and liveness then passed on `/healthz` (the kubelet's own probe counters say so).
+#[test]
+fn a_worker_exit_and_a_slow_open_read_as_they_should_on_the_real_node() {
+    let a = archives();
+    let n = node::node(&[&a.worker, &a.operator]);
+    n.install_operator();
+    let ns = "e2e-node-faults";
+    n.namespace(ns);
+    let asset = json!({
+        "apiVersion": "videoflow.io/v1alpha1", "kind": "Flow",
+        "metadata": {"name": "needs-asset"},
+        "spec": {"type": "batch", "nodes": [
+            {"name": "numbers", "kind": "producer",
+             "component": {"builtin": "videoflow.producers.basic.IntProducer"},
+             "params": {"start_value": 0, "end_value": 9}},
+            {"name": "model", "kind": "processor", "parents": ["numbers"],
+             "component": {"builtin": "videoflow.processors.basic.IdentityProcessor"},
+             "assets": [{"path": "/models/detector.onnx",
+                         "sha256": "0000000000000000000000000000000000000000000000000000000000000000"}]},
+            {"name": "sink", "kind": "consumer", "parents": ["model"],
+             "component": {"builtin": "videoflow.consumers.basic.VoidConsumer"}}
+        ]}
+    });
+    // 40 s in open(), liveness after 15 s of failures: only the startup probe (120 s) may
+    // wait for open().
+    let slow = json!({
+        "apiVersion": "videoflow.io/v1alpha1", "kind": "Flow",
+        "metadata": {"name": "slow-open"},
+        "spec": {"type": "realtime",
+                 "pod": {"probes": {"startupSeconds": 120, "livenessSeconds": 15}},
+                 "nodes": [
+            {"name": "ticks", "kind": "producer", "finite": false,
+             "component": {"builtin": "videoflow.rs.producers.TickProducer"},
+             "params": {"period_ms": 200, "pace": true}},
+            {"name": "slow", "kind": "processor", "parents": ["ticks"],
+             "component": {"builtin": "videoflow.rs.processors.Hang"},
+             "params": {"hang_on": [-1], "open_seconds": 40}},
+            {"name": "sink", "kind": "consumer", "parents": ["slow"],
+             "component": {"builtin": "videoflow.consumers.basic.VoidConsumer"}}
+        ]}
+    });
+    n.apply(ns, &asset);
+    n.apply(ns, &slow);
+
+    let degraded = n.wait_flow(
+        ns,
+        "needs-asset",
+        "Degraded with the worker's record",
+        |f| {
+            let c = condition(f, "Degraded").filter(|c| c["status"] == "True")?;
+            let node = f["status"]["nodes"]
+                .as_array()?
+                .iter()
+                .find(|x| x["name"] == "model")?;
+            node["lastTermination"]["code"].as_str()?;
+            Some((c.clone(), node["lastTermination"].clone()))
+        },
+    );
+    let (cond, last) = degraded;
+    eprintln!("needs-asset: Degraded: {}", cond["message"]);
+    assert_eq!(last["exitCode"], 3, "{last}");
+    assert_eq!(last["code"], "VF_RESOURCE_UNAVAILABLE", "{last}");
+    assert!(
+        last["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("/models/detector.onnx")),
+        "{last}"
+    );
+    assert!(
+        last["remedy"].as_str().is_some_and(|r| !r.is_empty()),
+        "{last}"
+    );
+    assert!(
+        cond["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("VF_RESOURCE_UNAVAILABLE")),
+        "{cond}"
+    );
+
+    n.wait_flow(ns, "slow-open", "Ready", |f| {
+        condition(f, "Ready").filter(|c| c["status"] == "True")?;
+        Some(())
+    });
+    let pod = get_json(
+        n.kc(),
+        &[
+            "-n",
+            ns,
+            "get",
+            "pods",
+            "-l",
+            "videoflow.io/flow=slow-open,videoflow.io/node=slow",
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e}"))["items"][0]
+        .clone();
+    let pod_name = pod["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    // Liveness ran on /healthz after the slow open() — twice, so not just once by chance —
+    // and the container was never restarted.
+    let probes = wait_for("two successful liveness probes of the slow node", || {
+        let counts = probe_counts(&n, ns, &pod_name)?;
+        let live = counts
+            .get(&("Liveness".into(), "successful".into()))
+            .copied()
+            .unwrap_or(0);
+        if live >= 2 {
+            Ok(Some(counts))
+        } else {
+            Err(format!("{counts:?}"))
+        }
+    });
+    eprintln!("slow-open: the kubelet's probes of {pod_name}: {probes:?}");
+    let count = |t: &str, r: &str| probes.get(&(t.into(), r.into())).copied().unwrap_or(0);
+    assert!(
+        count("Startup", "failed") >= 1,
+        "open() was probed while it ran: {probes:?}"
+    );
+    assert!(count("Startup", "successful") >= 1, "{probes:?}");
+    assert_eq!(count("Liveness", "failed"), 0, "{probes:?}");
+    assert!(count("Readiness", "successful") >= 1, "{probes:?}");
+    let pod =
+        get_json(n.kc(), &["-n", ns, "get", "pod", &pod_name]).unwrap_or_else(|e| panic!("{e}"));
+    let worker = &pod["status"]["containerStatuses"][0];
+    assert_eq!(worker["restartCount"], 0, "{worker}");
+    assert_eq!(worker["ready"], true, "{worker}");
+}
+
+/// The kubelet's probe counters for one pod's worker container, from its `/metrics/probes`
+/// through the API server: (probe type, result) → count.
+fn probe_counts(n: &Node, ns: &str, pod: &str) -> Result<BTreeMap<(String, String), u64>, String> {
+    let text = kubectl(
+        n.kc(),
+        &[
+            "get",
+            "--raw",
+            "/api/v1/nodes/vf-node-0/proxy/metrics/probes",
+        ],
+        None,
+    )?;
+    let mut out = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("prober_probe_total{"))
+    {
+        let Some((labels, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let label = |k: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| {
+                    kv.trim_start_matches("prober_probe_total{")
+                        .strip_prefix(&format!("{k}=\""))
+                })
+                .map(|v| v.trim_end_matches('}').trim_end_matches('"').to_owned())
+        };
+        if label("namespace").as_deref() != Some(ns)
+            || label("pod").as_deref() != Some(pod)
+            || label("container").as_deref() != Some("worker")
+        {
+            continue;
+        }
+        let (Some(t), Some(r)) = (label("probe_type"), label("result")) else {
+            continue;
+        };
+        let v: f64 = value.parse().map_err(|e| format!("{line}: {e}"))?;
+        // Counters are floats in the exposition format; these are small whole numbers.
+        *out.entry((t, r)).or_insert(0) += v as u64;
+    }
+    Ok(out)
 }

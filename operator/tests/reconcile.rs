@@ -536,9 +536,12 @@ async fn new_flow_gets_the_finalizer_specs_and_provisioning_job_only() {
     );
 }
 
-/// Provisioning completed: the workers are applied, Provisioned=True with an event.
+/// Provisioning completed: the workers are applied, Provisioned=True with an event. A
+/// REALTIME run starts from its sinks up — each node once its children's workloads are ready
+/// — so nothing a node publishes is replaced in its one-message stream (STREAM-2) before its
+/// consumer pulls: the sink first, then `detect`, then the camera.
 #[tokio::test]
-async fn completed_provisioning_applies_the_workers() {
+async fn completed_provisioning_applies_the_workers_sinks_first() {
     let f = flow(REALTIME);
     let r = rendered(&f);
     let provision = r.provision.metadata.name.clone().expect("name");
@@ -549,26 +552,20 @@ async fn completed_provisioning_applies_the_workers() {
     // The previous status: what the first reconcile wrote.
     let (_, first) = scenario(f.clone(), Cluster::default().applied(&f, false), EARLIER).await;
     let f = with_status(f, &status_patch(&first));
-    let (result, calls) = scenario(f, cluster, NOW).await;
+    let (result, calls) = scenario(f.clone(), cluster.clone(), NOW).await;
     assert!(result.is_ok(), "{result:?}");
     assert_reads(&calls, "cams");
-    let deployments: Vec<String> = r
-        .nodes
-        .iter()
-        .map(|n| {
-            format!(
-                "PATCH /apis/apps/v1/namespaces/{NS}/deployments/{}",
-                n.workload.name()
-            )
-        })
-        .collect();
-    let mut expected = deployments;
-    expected.push(format!(
-        "PATCH /apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/cams/status"
-    ));
-    expected.push(format!(
-        "POST /apis/events.k8s.io/v1/namespaces/{NS}/events"
-    ));
+    let deployment = |node: &str| {
+        format!(
+            "PATCH /apis/apps/v1/namespaces/{NS}/deployments/{}",
+            r.node(node).expect("node").workload.name()
+        )
+    };
+    let expected = vec![
+        deployment("sink"),
+        format!("PATCH /apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/cams/status"),
+        format!("POST /apis/events.k8s.io/v1/namespaces/{NS}/events"),
+    ];
     assert_eq!(writes(&calls), expected);
     let status = status_patch(&calls);
     let provisioned = condition(&status, "Provisioned");
@@ -584,6 +581,42 @@ async fn completed_provisioning_applies_the_workers() {
         events(&calls),
         vec![("Normal".into(), "Provisioned".into())]
     );
+
+    // Each next node once the one below it is up; an applied but unready child holds it.
+    let desired = videoflow_operator::controller::apply::desired_objects(&r).expect("desired");
+    let body = |node: &str| {
+        desired
+            .iter()
+            .find(|d| {
+                d.kind == "Deployment" && d.name == r.node(node).expect("node").workload.name()
+            })
+            .expect("deployment")
+            .body
+            .clone()
+    };
+    let deployments_written = |calls: &[Call]| -> Vec<String> {
+        writes(calls)
+            .into_iter()
+            .filter(|w| w.contains("/deployments/"))
+            .collect()
+    };
+    let sink_unready = cluster.clone().with("deployments", body("sink"));
+    let (_, calls) = scenario(f.clone(), sink_unready, NOW).await;
+    assert!(deployments_written(&calls).is_empty(), "{calls:#?}");
+    let sink_up = cluster.clone().with("deployments", body("sink")).status(
+        "deployments",
+        r.node("sink").expect("sink").workload.name(),
+        json!({"replicas": 1, "readyReplicas": 1}),
+    );
+    let (_, calls) = scenario(f.clone(), sink_up.clone(), NOW).await;
+    assert_eq!(deployments_written(&calls), [deployment("detect")]);
+    let detect_up = sink_up.with("deployments", body("detect")).status(
+        "deployments",
+        r.node("detect").expect("detect").workload.name(),
+        json!({"replicas": 1, "readyReplicas": 1}),
+    );
+    let (_, calls) = scenario(f, detect_up, NOW).await;
+    assert_eq!(deployments_written(&calls), [deployment("camera")]);
 }
 
 /// A write the API server refuses for good (an exceeded quota) reaches the user: Degraded and

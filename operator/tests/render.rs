@@ -256,6 +256,47 @@ fn realtime_kinds_follow_the_rules() {
     assert_eq!(file.restart_policy.as_deref(), Some("Never"));
 }
 
+/// A Deployment or StatefulSet restarts every exit, a clean one too: its worker holds after
+/// a clean end (a REALTIME flow's finite sources ended and it drained) instead of exiting
+/// into `CrashLoopBackOff`; a Job's worker exits 0, which completes the Job.
+#[test]
+fn long_running_workers_hold_after_a_clean_end_and_job_workers_exit() {
+    let r = rendered(REALTIME);
+    for node in ["live", "det", "track", "one", "sink"] {
+        assert_eq!(
+            literal(worker(&r, node), "VF_ON_FINISH"),
+            Some("hold"),
+            "{node}"
+        );
+    }
+    assert_eq!(literal(worker(&r, "file"), "VF_ON_FINISH"), None);
+    let fusion = std::fs::read_to_string(repo_root().join("config/samples/toy-fusion.yaml"))
+        .expect("sample");
+    let f = rendered(&fusion);
+    assert_eq!(kind_of(&f, "check"), WorkloadKind::Deployment);
+    assert_eq!(literal(worker(&f, "check"), "VF_ON_FINISH"), Some("hold"));
+    for producer in ["left", "right", "imu"] {
+        assert_eq!(kind_of(&f, producer), WorkloadKind::Job);
+        assert_eq!(literal(worker(&f, producer), "VF_ON_FINISH"), None);
+    }
+    let batch = std::fs::read_to_string(repo_root().join("config/samples/toy-calculator.yaml"))
+        .expect("sample");
+    let b = rendered(&batch);
+    for node in ["numbers", "double", "pair", "check"] {
+        assert_eq!(literal(worker(&b, node), "VF_ON_FINISH"), None, "{node}");
+    }
+    // Nobody may turn it off by hand: it is the workload's, not the node's.
+    let text = SECRETS.replace(
+        "{name: LOG_LEVEL, value: debug}",
+        "{name: VF_ON_FINISH, value: exit}",
+    );
+    let err = render::render(&flow(&text), &config()).expect_err("refused");
+    assert!(
+        matches!(&err, RenderError::InvalidField { path, .. } if path == "spec.nodes[0].env[0].name"),
+        "{err:?}"
+    );
+}
+
 #[test]
 fn partitioned_nodes_get_a_statefulset_with_a_headless_service() {
     let r = rendered(REALTIME);
@@ -885,6 +926,30 @@ fn exec_components_run_the_copied_worker_in_the_users_image() {
     );
     // Builtin nodes have no init container.
     assert!(self::pod(&r, "cam").init_containers.is_none());
+    // The user's image keeps its working directory (its program may import from it).
+    assert_eq!(c.working_dir, None);
+}
+
+/// The worker image's root is read-only: a built-in node's relative paths (a self-check's
+/// verdict, a sink's file) must land in the writable scratch volume, as the local runner
+/// puts them in its run directory — not fail at `close()` with a read-only file system.
+#[test]
+fn builtin_workers_run_in_the_writable_scratch_directory() {
+    let text = std::fs::read_to_string(repo_root().join("config/samples/toy-calculator.yaml"))
+        .expect("sample");
+    let r = rendered(&text);
+    for node in ["numbers", "double", "pair", "check"] {
+        let c = worker(&r, node);
+        assert_eq!(c.working_dir.as_deref(), Some("/tmp"), "{node}");
+        let scratch = c
+            .volume_mounts
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .find(|m| m.mount_path == "/tmp")
+            .expect("the scratch mount");
+        assert_ne!(scratch.read_only, Some(true), "{node}: /tmp is writable");
+    }
 }
 
 #[test]

@@ -777,3 +777,20 @@ fn component_and_inline_threshold_are_typed() {
         "{e:?}"
     );
 }
+
+#[test]
+fn on_finish_exits_by_default_holds_when_asked_and_refuses_anything_else() {
+    use videoflow_worker::config::OnFinish;
+    assert_eq!(ok(&base()).on_finish, OnFinish::Exit);
+    assert_eq!(ok(&with(&[("VF_ON_FINISH", "")])).on_finish, OnFinish::Exit);
+    assert_eq!(
+        ok(&with(&[("VF_ON_FINISH", "exit")])).on_finish,
+        OnFinish::Exit
+    );
+    assert_eq!(
+        ok(&with(&[("VF_ON_FINISH", "hold")])).on_finish,
+        OnFinish::Hold
+    );
+    let e = err(&with(&[("VF_ON_FINISH", "Hold")]));
+    assert!(e.message.contains("VF_ON_FINISH='Hold'"), "{}", e.message);
+}

@@ -32,6 +32,7 @@ use sha2::{Digest, Sha256};
 
 use super::error::ReconcileError;
 use super::observe::{APPLIED_HASH_ANNOTATION, Applied, Child, Observed};
+use crate::crd::WorkloadRef;
 use crate::render::{Object, Rendered, ScaledObject};
 
 /// The one field manager of every write the operator makes.
@@ -67,6 +68,9 @@ pub struct Desired {
     pub hash: String,
     /// When it may be applied.
     pub stage: Stage,
+    /// Workloads that must be up before this object is created (a REALTIME node's children,
+    /// `NodeObjects::start_after`); an object that exists is updated regardless.
+    pub after: Vec<WorkloadRef>,
 }
 
 impl Desired {
@@ -117,28 +121,49 @@ pub fn desired(object: &Object<'_>, stage: Stage) -> Result<Desired, ReconcileEr
         body,
         hash,
         stage,
+        after: Vec::new(),
     })
 }
 
-/// Every rendered object in apply order, with its stage.
+/// Every rendered object in apply order, with its stage and the workloads it starts after.
 pub fn desired_objects(rendered: &Rendered) -> Result<Vec<Desired>, ReconcileError> {
-    let provision = rendered.provision.metadata.name.as_deref();
-    rendered
-        .objects()
-        .iter()
-        .map(|o| {
-            let prepare = matches!(o, Object::ConfigMap(_))
-                || (matches!(o, Object::Job(_)) && Some(o.name()) == provision);
-            desired(
-                o,
-                if prepare {
-                    Stage::Prepare
-                } else {
-                    Stage::Workers
-                },
+    let mut out = vec![
+        desired(&Object::ConfigMap(&rendered.specs), Stage::Prepare)?,
+        desired(&Object::Job(&rendered.provision), Stage::Prepare)?,
+    ];
+    for node in &rendered.nodes {
+        for o in node.objects() {
+            let mut d = desired(&o, Stage::Workers)?;
+            d.after.clone_from(&node.start_after);
+            out.push(d);
+        }
+    }
+    Ok(out)
+}
+
+/// Whether a workload runs at its desired scale: every wanted replica ready (the live
+/// object's `spec.replicas`, which an autoscaler may own). A node's readiness is its
+/// `open()` having returned with its durables bound (HEALTH-1): from then on it pulls.
+fn workload_up(observed: &Observed, w: &WorkloadRef) -> bool {
+    let up =
+        |replicas: Option<i32>, ready: Option<i32>| ready.unwrap_or(0) >= replicas.unwrap_or(1);
+    match w.kind.as_str() {
+        "Deployment" => observed.deployment(&w.name).is_some_and(|d| {
+            up(
+                d.spec.as_ref().and_then(|s| s.replicas),
+                d.status.as_ref().and_then(|s| s.ready_replicas),
             )
-        })
-        .collect()
+        }),
+        "StatefulSet" => observed.stateful_set(&w.name).is_some_and(|d| {
+            up(
+                d.spec.as_ref().and_then(|s| s.replicas),
+                d.status.as_ref().and_then(|s| s.ready_replicas),
+            )
+        }),
+        _ => observed
+            .job(&w.name)
+            .is_some_and(|j| j.status.as_ref().and_then(|s| s.ready).unwrap_or(0) > 0),
+    }
 }
 
 /// What one reconcile writes.
@@ -161,8 +186,9 @@ impl Plan {
     }
 }
 
-/// The plan: apply what is missing or changed (workers only once `provisioned`); prune every
-/// child of this Flow that is not desired.
+/// The plan: apply what is missing or changed (workers only once `provisioned`, a REALTIME
+/// node's objects only once its children's workloads are up); prune every child of this Flow
+/// that is not desired.
 ///
 /// Pruning is by label plus controller owner uid (when the Flow has one), never by owner
 /// references alone: the garbage collector only deletes children of a deleted owner, not
@@ -182,7 +208,7 @@ pub fn plan(
                 .iter()
                 .find(|c| c.kind == d.kind && c.name == d.name)
             {
-                None => true,
+                None => d.after.iter().all(|w| workload_up(observed, w)),
                 Some(_) if d.create_only() => false,
                 Some(c) => c.applied_hash.as_deref() != Some(d.hash.as_str()),
             }

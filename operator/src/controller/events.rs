@@ -6,6 +6,7 @@
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
 
+use super::status::SOURCES_ENDED;
 use crate::crd::{Flow, FlowStatus, condition_types as ct};
 
 /// Longest event note the API server accepts is 1 kB.
@@ -25,6 +26,12 @@ pub struct Transition {
 fn flipped_to(old: &FlowStatus, new: &FlowStatus, type_: &str, to: &str) -> Option<String> {
     let now = new.condition(type_).filter(|c| c.status == to)?;
     let before = old.condition(type_).map(|c| c.status.as_str());
+    (before != Some(to)).then(|| now.message.clone())
+}
+
+fn reason_became(old: &FlowStatus, new: &FlowStatus, type_: &str, to: &str) -> Option<String> {
+    let now = new.condition(type_).filter(|c| c.reason == to)?;
+    let before = old.condition(type_).map(|c| c.reason.as_str());
     (before != Some(to)).then(|| now.message.clone())
 }
 
@@ -87,6 +94,11 @@ pub fn transitions(old: &FlowStatus, new: &FlowStatus) -> Vec<Transition> {
         false,
         "Completed",
         flipped_to(old, new, ct::COMPLETE, "True"),
+    );
+    push(
+        false,
+        SOURCES_ENDED,
+        reason_became(old, new, ct::COMPLETE, SOURCES_ENDED),
     );
     out
 }

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use videoflow_core::errors::ErrorCode;
-use videoflow_core::model::FlowType;
+use videoflow_core::model::{FlowType, NodeKind};
 
 use super::admission::{Problem, problems_message};
 use super::error::ApiRefusal;
@@ -506,7 +506,10 @@ pub fn compute_status(
     };
 
     let batch = rendered_flow_type(flow) == FlowType::Batch;
-    let complete = if !batch {
+    let sources_ended = !batch && is_provisioned && sources_ended(flow, rendered, &views);
+    let complete = if sources_ended {
+        Cond::new(ct::COMPLETE, false, SOURCES_ENDED, SOURCES_ENDED_MESSAGE)
+    } else if !batch {
         Cond::new(
             ct::COMPLETE,
             false,
@@ -561,6 +564,8 @@ pub fn compute_status(
         Cond::new(ct::PROGRESSING, false, "Finished", complete.message.clone())
     } else if stalled.status {
         Cond::new(ct::PROGRESSING, false, "Stalled", stalled.message.clone())
+    } else if sources_ended {
+        Cond::new(ct::PROGRESSING, false, SOURCES_ENDED, SOURCES_ENDED_MESSAGE)
     } else if !is_provisioned {
         Cond::new(
             ct::PROGRESSING,
@@ -657,6 +662,29 @@ pub fn compute_status(
         },
         recheck_after,
     }
+}
+
+/// The reason of `Complete` and `Progressing` once a REALTIME flow's sources all ended.
+pub const SOURCES_ENDED: &str = "SourcesEnded";
+const SOURCES_ENDED_MESSAGE: &str = "every source of this realtime flow is finite and has ended \
+     (its Job completed); the other nodes drain what the sources sent, then hold without \
+     restarting until the Flow is deleted";
+
+/// Whether every producer of a REALTIME flow ran as a Job (finite) and that Job completed:
+/// nothing new will enter the flow. A live producer (a Deployment) never ends.
+fn sources_ended(flow: &Flow, rendered: &Rendered, views: &[NodeView]) -> bool {
+    let mut sources = rendered
+        .nodes
+        .iter()
+        .zip(views)
+        .filter(|(n, _)| {
+            flow.spec
+                .nodes
+                .iter()
+                .any(|d| d.name == n.node && d.kind == NodeKind::Producer)
+        })
+        .peekable();
+    sources.peek().is_some() && sources.all(|(_, v)| v.complete)
 }
 
 fn rendered_flow_type(flow: &Flow) -> FlowType {

@@ -120,6 +120,29 @@ impl<'a> Object<'a> {
     }
 }
 
+impl NodeObjects {
+    /// The node's objects in apply order: a Service before its StatefulSet, a ScaledObject
+    /// after the Deployment it scales.
+    pub fn objects(&self) -> Vec<Object<'_>> {
+        let mut out = Vec::with_capacity(4);
+        if let Some(service) = &self.service {
+            out.push(Object::Service(service));
+        }
+        out.push(match &self.workload {
+            Workload::Deployment(o) => Object::Deployment(o),
+            Workload::StatefulSet(o) => Object::StatefulSet(o),
+            Workload::Job(o) => Object::Job(o),
+        });
+        if let Some(pdb) = &self.pdb {
+            out.push(Object::PodDisruptionBudget(pdb));
+        }
+        if let Some(scaler) = &self.scaled_object {
+            out.push(Object::ScaledObject(scaler));
+        }
+        out
+    }
+}
+
 impl Rendered {
     /// Every object in apply order: the specs before the Job that mounts them, the
     /// provisioning Job before the workers, a Service before its StatefulSet, a ScaledObject
@@ -127,20 +150,7 @@ impl Rendered {
     pub fn objects(&self) -> Vec<Object<'_>> {
         let mut out = vec![Object::ConfigMap(&self.specs), Object::Job(&self.provision)];
         for node in &self.nodes {
-            if let Some(service) = &node.service {
-                out.push(Object::Service(service));
-            }
-            out.push(match &node.workload {
-                Workload::Deployment(o) => Object::Deployment(o),
-                Workload::StatefulSet(o) => Object::StatefulSet(o),
-                Workload::Job(o) => Object::Job(o),
-            });
-            if let Some(pdb) = &node.pdb {
-                out.push(Object::PodDisruptionBudget(pdb));
-            }
-            if let Some(scaler) = &node.scaled_object {
-                out.push(Object::ScaledObject(scaler));
-            }
+            out.extend(node.objects());
         }
         out
     }
@@ -173,12 +183,13 @@ pub fn render(flow: &Flow, config: &RenderConfig) -> Result<Rendered, RenderErro
     let ctx = context::Ctx::new(flow, config)?;
     let specs = configmaps::specs_configmap(&ctx);
     let provision = provision::provision_job(&ctx)?;
-    let nodes = ctx
+    let mut nodes = ctx
         .compiled
         .nodes
         .iter()
         .map(|spec| workloads::node_objects(&ctx, spec))
         .collect::<Result<Vec<_>, _>>()?;
+    workloads::start_order(ctx.compiled.flow_type, &ctx.compiled.nodes, &mut nodes);
     let rendered = Rendered {
         namespace: ctx.run.namespace.clone(),
         flow_id: ctx.compiled.flow_id.clone(),

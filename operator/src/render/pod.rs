@@ -163,6 +163,8 @@ fn runtime<'a>(index: usize, decl: &'a NodeDecl) -> Result<Runtime<'a>, RenderEr
 const POD_NAME: &str = "POD_NAME";
 const VF_REPLICA_ID: &str = "VF_REPLICA_ID";
 const VF_TERMINATION_LOG: &str = "VF_TERMINATION_LOG";
+/// What a worker does after a clean end (`exit` or `hold`); see [`hold_after_finish`].
+pub const VF_ON_FINISH: &str = "VF_ON_FINISH";
 
 /// The environment of a worker container: the core `VF_*` set, the downward-API identity,
 /// the termination log, then the node's own `env` (which may not redefine any of them).
@@ -194,7 +196,7 @@ fn worker_env(
         let var: EnvVar = parse_value(value, path.clone())?;
         let name = var.name.as_str();
         if rendered.contains_key(name)
-            || [POD_NAME, VF_REPLICA_ID, VF_TERMINATION_LOG].contains(&name)
+            || [POD_NAME, VF_REPLICA_ID, VF_TERMINATION_LOG, VF_ON_FINISH].contains(&name)
         {
             return Err(RenderError::InvalidField {
                 path: format!("{path}.name"),
@@ -227,6 +229,24 @@ fn resources(
     Ok((resources != ResourceRequirements::default()).then_some(resources))
 }
 
+/// Makes the worker of a long-running workload (Deployment, StatefulSet: `restartPolicy:
+/// Always`) hold after a clean end instead of exiting: the kubelet restarts every exit, so a
+/// REALTIME worker whose finite sources ended and whose drain completed would otherwise be
+/// restarted into a replica with nothing to read, then into `CrashLoopBackOff`. Jobs keep the
+/// protocol's exit 0, which is how they complete.
+pub(crate) fn hold_after_finish(pod: &mut PodSpec) {
+    if let Some(worker) = pod
+        .containers
+        .iter_mut()
+        .find(|c| c.name == WORKER_CONTAINER)
+    {
+        worker
+            .env
+            .get_or_insert_with(Vec::new)
+            .push(env_var(VF_ON_FINISH, &EnvValue::Literal("hold".to_owned())));
+    }
+}
+
 /// The pod spec of one node's workload; the caller sets the restart policy.
 ///
 /// `indexed`: the workload is an Indexed Job, whose completion index becomes `VF_REPLICA_ID`.
@@ -241,6 +261,11 @@ pub(crate) fn worker_pod_spec(
     let mut volumes = vec![tmp];
     let mut mounts = vec![tmp_mount];
     let mut init_containers = Vec::new();
+    // A built-in node's relative paths (a sink's file, a self-check's verdict) land in the
+    // writable scratch volume, as the local runner puts them in its run directory: the
+    // worker image's root is read-only. A user's image keeps its own working directory, which
+    // its program may need (a Python module beside it).
+    let working_dir = matches!(runtime, Runtime::Builtin).then(|| TMP_DIR.to_owned());
     let (image, command, args) = match runtime {
         Runtime::Builtin => (ctx.image.clone(), vec![WORKER_BINARY.to_owned()], None),
         Runtime::Exec { image, argv } => {
@@ -308,6 +333,7 @@ pub(crate) fn worker_pod_spec(
         // The worker writes a JSON reason there; abrupt deaths fall back to the log tail.
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         volume_mounts: Some(mounts),
+        working_dir,
         ..Container::default()
     };
     let mut pod = PodSpec {

@@ -8,6 +8,10 @@
 //!   is the replica id that owns a partition (ENV-5 step 2);
 //! - otherwise a Deployment: competing replicas need no identity.
 //!
+//! A Deployment's or StatefulSet's worker gets `VF_ON_FINISH=hold`: it restarts every exit,
+//! so a worker that drained to a clean end stays up until the Flow is deleted
+//! ([`hold_after_finish`]).
+//!
 //! The Job predicate is core's [`renders_as_job`], shared with the autoscaling admission, so
 //! a node never gets a scaler for a workload that cannot scale.
 
@@ -33,7 +37,7 @@ use super::autoscaling::{NodeScaler, ScaledObject, node_scaler};
 use super::context::Ctx;
 use super::error::RenderError;
 use super::labels::Component;
-use super::pod::{HEALTH_PORT_NAME, WORKER_CONTAINER, worker_pod_spec};
+use super::pod::{HEALTH_PORT_NAME, WORKER_CONTAINER, hold_after_finish, worker_pod_spec};
 use crate::crd::{ScalerStatus, WorkloadRef};
 
 /// Retries of a node's Job before it fails: the supervisor contract of ABORT-6 (3 restarts,
@@ -126,6 +130,9 @@ pub struct NodeObjects {
     /// `status.nodes[].scaler`: rendered or not, and why; `None` when autoscaling was not
     /// requested for the node.
     pub scaler: Option<ScalerStatus>,
+    /// The workloads that must be up before this node's workload is created
+    /// ([`start_order`]); empty in a BATCH flow.
+    pub start_after: Vec<WorkloadRef>,
 }
 
 impl NodeObjects {
@@ -135,6 +142,34 @@ impl NodeObjects {
             kind: self.workload.kind().as_str().to_owned(),
             name: self.workload.name().to_owned(),
         }
+    }
+}
+
+/// The start order of a REALTIME run: each node's workload after the workloads of its
+/// children, so every node is up before anything reaches it — the local runner's order.
+///
+/// Why: a REALTIME stream keeps only its newest message (STREAM-2) and a live publisher never
+/// waits (DELIV-4), so whatever a node publishes before its consumers pull is replaced by
+/// what comes next; a finite source that starts first loses everything but its end-of-stream.
+/// BATCH streams keep every message for durables that exist from provisioning on: no order.
+pub(crate) fn start_order(flow_type: FlowType, specs: &[NodeSpec], nodes: &mut [NodeObjects]) {
+    if flow_type != FlowType::Realtime {
+        return;
+    }
+    let refs: Vec<(String, WorkloadRef)> = nodes
+        .iter()
+        .map(|n| (n.node.clone(), n.workload_ref()))
+        .collect();
+    for node in nodes.iter_mut() {
+        node.start_after = specs
+            .iter()
+            .filter(|s| s.parents.contains(&node.node))
+            .filter_map(|child| {
+                refs.iter()
+                    .find(|(name, _)| *name == child.name)
+                    .map(|(_, r)| r.clone())
+            })
+            .collect();
     }
 }
 
@@ -174,15 +209,12 @@ pub(crate) fn node_objects(ctx: &Ctx, spec: &NodeSpec) -> Result<NodeObjects, Re
         .run
         .meta(name.clone(), Component::Worker, Some(&spec.name));
     let indexed = kind == WorkloadKind::Job && replicas > 1;
+    let long_running = kind != WorkloadKind::Job;
     let mut pod = worker_pod_spec(ctx, spec, indexed)?;
-    pod.restart_policy = Some(
-        if kind == WorkloadKind::Job {
-            "Never"
-        } else {
-            "Always"
-        }
-        .into(),
-    );
+    pod.restart_policy = Some(if long_running { "Always" } else { "Never" }.into());
+    if long_running {
+        hold_after_finish(&mut pod);
+    }
     let template = PodTemplateSpec {
         metadata: Some(ObjectMeta {
             annotations: ctx.pod.pod_annotations(),
@@ -241,7 +273,6 @@ pub(crate) fn node_objects(ctx: &Ctx, spec: &NodeSpec) -> Result<NodeObjects, Re
             ..Deployment::default()
         }),
     };
-    let long_running = kind != WorkloadKind::Job;
     Ok(NodeObjects {
         node: spec.name.clone(),
         service: (kind == WorkloadKind::StatefulSet).then(|| headless_service(ctx, spec, &name)),
@@ -250,6 +281,7 @@ pub(crate) fn node_objects(ctx: &Ctx, spec: &NodeSpec) -> Result<NodeObjects, Re
         workload,
         scaled_object,
         scaler,
+        start_after: Vec::new(),
     })
 }
 

@@ -115,6 +115,23 @@ pub struct Credit {
     pub max_ack_pending: i64,
 }
 
+/// What a worker does once its loop ended cleanly (end of input, a drained stop result, the
+/// control stop): `VF_ON_FINISH`.
+///
+/// Why a choice: under a supervisor that restarts every exit — a Kubernetes Deployment or
+/// StatefulSet (`restartPolicy: Always`), which is how a REALTIME flow runs its processors,
+/// consumers and live producers — a clean exit 0 after the drain is restarted into a worker
+/// with nothing left to read, and then into `CrashLoopBackOff`. The operator renders `hold`
+/// for those workloads; the local runner and Jobs keep the protocol's exit (LOOP-2/3/4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnFinish {
+    /// Exit 0 (the protocol's default; unset or empty).
+    #[default]
+    Exit,
+    /// Stay up, ready and live, until SIGTERM or SIGINT, then exit 0.
+    Hold,
+}
+
 /// Everything a node worker reads from its environment, typed (§1.1).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerConfig {
@@ -216,6 +233,8 @@ pub struct WorkerConfig {
     /// `VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES` (default 524288, BLOB-1); a value that is not a
     /// byte count is the default, as 1.0.4 reads it.
     pub max_inline_payload_bytes: usize,
+    /// `VF_ON_FINISH` (default `exit`): see [`OnFinish`].
+    pub on_finish: OnFinish,
 }
 
 impl WorkerConfig {
@@ -330,6 +349,7 @@ impl WorkerConfig {
             .and_then(|v| v.trim().parse::<usize>().ok())
             .unwrap_or(DEFAULT_MAX_INLINE_PAYLOAD_BYTES);
         let termination_log = termination_log_path(vars);
+        let on_finish = parse_on_finish(env.non_empty("VF_ON_FINISH"))?;
         // 1.0.4 checks the kind last, just before the task loop.
         let kind = parse_kind(&kind_raw)?;
 
@@ -380,6 +400,7 @@ impl WorkerConfig {
             node_class,
             component,
             max_inline_payload_bytes,
+            on_finish,
         })
     }
 
@@ -573,6 +594,22 @@ fn parse_kind(v: &str) -> Result<NodeKind, VfError> {
 }
 
 /// `VF_ON_ERROR` (ERR-2): exact table text and remedy.
+fn parse_on_finish(v: Option<&str>) -> Result<OnFinish, VfError> {
+    match v {
+        None | Some("exit") => Ok(OnFinish::Exit),
+        Some("hold") => Ok(OnFinish::Hold),
+        Some(other) => Err(config_error(
+            "VF_ON_FINISH",
+            Some(other),
+            format!(
+                "VF_ON_FINISH={} is not a known behaviour.",
+                py_repr_str(other)
+            ),
+            "Use exit (the default) or hold (stay up after a clean end until SIGTERM).".into(),
+        )),
+    }
+}
+
 fn parse_on_error(v: &str) -> Result<OnError, VfError> {
     match v {
         "poison" => Ok(OnError::Poison),

@@ -14,7 +14,8 @@
 //!
 //! Liveness never depends on the broker (a broker outage must not turn into a restart storm):
 //! it is the age of the loop's last beat. Readiness may: it is "`open()` returned" and the
-//! broker connection is up.
+//! broker connection is up — or the worker finished cleanly and holds (`VF_ON_FINISH=hold`):
+//! it needs no broker any more, so a broker outage must not turn it unready.
 
 pub mod metrics;
 
@@ -38,6 +39,7 @@ type ExtraLines = Arc<dyn Fn() -> String + Send + Sync>;
 pub struct HealthState {
     metrics: Mutex<Metrics>,
     ready: AtomicBool,
+    finished: AtomicBool,
     started: Instant,
     last_beat_ms: AtomicU64,
     broker_up: Mutex<Option<BrokerProbe>>,
@@ -59,6 +61,7 @@ impl HealthState {
         HealthState {
             metrics: Mutex::new(Metrics::new(node)),
             ready: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
             started: Instant::now(),
             last_beat_ms: AtomicU64::new(0),
             broker_up: Mutex::new(None),
@@ -69,6 +72,13 @@ impl HealthState {
     /// Records that `open()` returned (HEALTH-1).
     pub fn mark_ready(&self) {
         self.ready.store(true, Ordering::Relaxed);
+    }
+
+    /// Records that the loop ended cleanly and the worker holds until it is stopped: ready
+    /// from now on, whatever the broker connection does.
+    pub fn mark_finished(&self) {
+        self.ready.store(true, Ordering::Relaxed);
+        self.finished.store(true, Ordering::Relaxed);
     }
 
     /// Sets how readiness learns whether the broker connection is up.
@@ -84,8 +94,12 @@ impl HealthState {
         self.last_beat_ms.store(ms, Ordering::Relaxed);
     }
 
-    /// `/readyz`: `open()` returned and the broker connection (when probed) is up.
+    /// `/readyz`: `open()` returned and the broker connection (when probed) is up, or the
+    /// worker finished and holds.
     pub fn is_ready(&self) -> bool {
+        if self.finished.load(Ordering::Relaxed) {
+            return true;
+        }
         self.ready.load(Ordering::Relaxed)
             && self
                 .broker_up
@@ -178,6 +192,13 @@ pub fn beat() {
 pub fn mark_ready() {
     if let Some(s) = global() {
         s.mark_ready();
+    }
+}
+
+/// Marks the installed state finished: the worker holds after a clean end.
+pub fn mark_finished() {
+    if let Some(s) = global() {
+        s.mark_finished();
     }
 }
 
@@ -312,6 +333,17 @@ mod tests {
         assert!(!s.is_ready(), "broker down ⇒ not ready");
         up.store(true, Ordering::Relaxed);
         assert!(s.is_ready());
+    }
+
+    #[test]
+    fn a_finished_worker_stays_ready_without_the_broker() {
+        let s = HealthState::new("n");
+        let up = Arc::new(AtomicBool::new(true));
+        let probe = up.clone();
+        s.set_broker_probe(move || probe.load(Ordering::Relaxed));
+        s.mark_finished();
+        up.store(false, Ordering::Relaxed);
+        assert!(s.is_ready(), "a held worker needs no broker");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! - [`guards`] — GPU and asset checks, health server, progress deadline and watchdog.
 //! - [`window`] — outputs in flight: receipts and acks on their own tasks, taken back in order.
 //! - [`signals`] — the control stop, SIGTERM and SIGINT flags the loops check.
+//! - [`hold`] — after a clean end, stay up until stopped when `VF_ON_FINISH=hold`.
 //! - [`node_error`] — a node's own error classified by `VF_ON_ERROR` (ERR-2).
 //!
 //! The run ledger is opened at step 7 (`crate::store`): the slot claim, then — when the store
@@ -16,6 +17,7 @@
 //! (output) and sink effect markers (IDEM-1).
 
 mod guards;
+mod hold;
 mod node_error;
 mod output;
 mod process;
@@ -198,16 +200,19 @@ async fn run_loop(
         BuiltNode::Producer(mut producer) => {
             let mut output = output;
             let _health = guards::start_health(cfg, broker).await?; // step 9
-            match produce::run(cfg, producer.as_mut(), ctx, &mut output, signals).await? {
-                ProducerEnd::Finished => Ok(0),
-                ProducerEnd::Quiesced => Ok(EXIT_TERMINATED),
-            }
+            let code = match produce::run(cfg, producer.as_mut(), ctx, &mut output, signals).await?
+            {
+                ProducerEnd::Finished => 0,
+                ProducerEnd::Quiesced => EXIT_TERMINATED,
+            };
+            Ok(hold::after_finish(cfg, signals, code).await)
         }
         BuiltNode::Processor(mut processor) => {
             processor.check_inputs(cfg.parent_names.len())?;
             let mut lp = build_loop(cfg, broker, blob, output, signals, ledger, epoch).await?;
             let _health = guards::start_health(cfg, broker).await?; // step 9
-            finish(lp.run(Sink::Processor(processor.as_mut()), ctx).await?)
+            let code = finish(lp.run(Sink::Processor(processor.as_mut()), ctx).await?);
+            Ok(hold::after_finish(cfg, signals, code).await)
         }
         BuiltNode::Consumer {
             node: mut consumer,
@@ -231,16 +236,17 @@ async fn run_loop(
             };
             let mut lp = build_loop(cfg, broker, blob, output, signals, ledger, epoch).await?;
             let _health = guards::start_health(cfg, broker).await?; // step 9
-            finish(lp.run(Sink::Consumer(consumer.as_mut(), idem), ctx).await?)
+            let code = finish(lp.run(Sink::Consumer(consumer.as_mut(), idem), ctx).await?);
+            Ok(hold::after_finish(cfg, signals, code).await)
         }
     }
 }
 
-fn finish(end: LoopEnd) -> Result<i32, VfError> {
-    Ok(match end {
+fn finish(end: LoopEnd) -> i32 {
+    match end {
         LoopEnd::Finished => 0,
         LoopEnd::Quiesced => EXIT_TERMINATED,
-    })
+    }
 }
 
 /// The publishing side: emitter, mode (DELIV-4/5) and the inline threshold (BLOB-1).

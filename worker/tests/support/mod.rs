@@ -528,6 +528,21 @@ impl FlowHarness {
         killed
     }
 
+    /// Sends SIGTERM to the running `node`/`replica`; `false` when it had already ended.
+    pub fn terminate(&mut self, node: &str, replica: i64) -> bool {
+        let _ = self.running();
+        let mut sent = false;
+        for p in self
+            .procs
+            .iter()
+            .filter(|p| p.node == node && p.replica == replica && p.exit.is_none())
+        {
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(p.child.id()).expect("pid"));
+            sent |= nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).is_ok();
+        }
+        sent
+    }
+
     /// How many started workers still run (reaping those that ended).
     pub fn running(&mut self) -> usize {
         let mut running = 0;
