@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec};
+use videoflow_testkit::sample_on_cluster;
 use videoflow_operator::crd::Flow;
 use videoflow_operator::render::labels::{
     LABEL_COMPONENT, LABEL_FLOW, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_NODE,
@@ -86,12 +87,18 @@ fn kind_of(r: &Rendered, node: &str) -> WorkloadKind {
 // ---------------------------------------------------------------------------------------------
 // (1) Snapshots of every sample.
 
+/// The Redis the samples' `payloadStore: {}` gets on a cluster.
+const SAMPLE_REDIS: &str = "redis://redis.videoflow.svc:6379/0";
+
 fn check_snapshot(sample: &Path) {
     let stem = sample
         .file_stem()
         .and_then(|s| s.to_str())
         .expect("utf-8 name");
-    let text = std::fs::read_to_string(sample).expect("read the sample");
+    let text = sample_on_cluster(
+        &std::fs::read_to_string(sample).expect("read the sample"),
+        SAMPLE_REDIS,
+    );
     let yaml = render::render(&with_uid(flow(&text)), &config())
         .and_then(|r| r.to_yaml())
         .unwrap_or_else(|e| panic!("{stem} renders: {e}"));
@@ -174,7 +181,10 @@ fn every_container_runs_as_a_numeric_non_root_user() {
         if sample.extension().is_none_or(|e| e != "yaml") {
             continue;
         }
-        let text = std::fs::read_to_string(&sample).expect("read the sample");
+        let text = sample_on_cluster(
+            &std::fs::read_to_string(&sample).expect("read the sample"),
+            SAMPLE_REDIS,
+        );
         let yaml = render::render(&with_uid(flow(&text)), &config())
             .and_then(|r| r.to_yaml())
             .expect("renders");
@@ -1266,6 +1276,40 @@ fn no_broker_is_a_typed_error_naming_the_field() {
         literal(worker(&r, "det"), "VF_NATS_URL"),
         Some("nats://nats.videoflow.svc:4222")
     );
+}
+
+/// `payloadStore: {}` asks `videoflow-worker run` for a private Redis; a cluster has none to
+/// start, so a store without a URL is refused at admission, naming the field (found on the
+/// real node: the samples' `payloadStore: {}` was admitted and its workers got no URL).
+#[test]
+fn a_store_without_a_url_is_refused_naming_the_field() {
+    for (store, path) in [
+        ("  payloadStore: {}\n", "spec.payloadStore"),
+        (
+            "  payloadStore: {url: \"\", ttlSeconds: 60}\n",
+            "spec.payloadStore",
+        ),
+        ("  runtimeStore: {}\n", "spec.runtimeStore"),
+    ] {
+        let text = REALTIME.replace("  nodes:\n", &format!("{store}  nodes:\n"));
+        let err = render::render(&flow(&text), &config()).expect_err(store);
+        assert_eq!(err, RenderError::NoStoreUrl { path }, "{store}");
+        assert!(err.to_string().contains(&format!("{path}.url")), "{err}");
+        assert!(
+            err.remedy().contains("urlFrom.secretKeyRef"),
+            "{}",
+            err.remedy()
+        );
+        assert_eq!(err.code().code(), "VF_CONFIG");
+    }
+    for store in [
+        "  payloadStore: {url: \"redis://r:6379/0\"}\n",
+        "  payloadStore: {urlFrom: {secretKeyRef: {name: redis-creds, key: url}}}\n",
+        "  runtimeStore: {url: \"redis://r:6379/1\"}\n",
+    ] {
+        let text = REALTIME.replace("  nodes:\n", &format!("{store}  nodes:\n"));
+        render::render(&flow(&text), &config()).expect(store);
+    }
 }
 
 #[test]

@@ -55,3 +55,13 @@ pub fn manifest_dir(compiled: &'static str) -> std::path::PathBuf {
         std::path::PathBuf::from,
     )
 }
+
+/// A sample Flow as a cluster takes it: `payloadStore: {}` asks `videoflow-worker run` for a
+/// private redis-server, which a cluster does not start (admission refuses a store without a
+/// URL), so it gets `redis_url`.
+pub fn sample_on_cluster(text: &str, redis_url: &str) -> String {
+    text.replace(
+        "  payloadStore: {}\n",
+        &format!("  payloadStore: {{url: \"{redis_url}\"}}\n"),
+    )
+}

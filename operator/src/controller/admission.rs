@@ -55,6 +55,7 @@ impl From<&RenderError> for Problem {
         let (path, message) = match e {
             RenderError::MissingName => ("metadata.name".to_owned(), e.to_string()),
             RenderError::NoBroker => ("spec.broker".to_owned(), e.to_string()),
+            RenderError::NoStoreUrl { path } => ((*path).to_owned(), e.to_string()),
             RenderError::MissingComponentImage { path, .. } => (path.clone(), e.to_string()),
             RenderError::InvalidField { path, message } => (path.clone(), message.clone()),
             RenderError::NameCollision { .. } | RenderError::NameTooLong { .. } => {

@@ -91,6 +91,31 @@ impl Ctx {
             });
         }
         let pod = PodExtras::parse(doc.spec.pod.as_ref())?;
+        let payload = doc.spec.payload_store.as_ref();
+        for (path, declared, url, url_from) in [
+            (
+                "spec.payloadStore",
+                payload.is_some(),
+                payload.and_then(|p| p.url.as_deref()),
+                payload.is_some_and(|p| p.url_from.is_some()),
+            ),
+            (
+                "spec.runtimeStore",
+                doc.spec.runtime_store.is_some(),
+                doc.spec
+                    .runtime_store
+                    .as_ref()
+                    .and_then(|r| r.url.as_deref()),
+                doc.spec
+                    .runtime_store
+                    .as_ref()
+                    .is_some_and(|r| r.url_from.is_some()),
+            ),
+        ] {
+            if declared && url.is_none_or(str::is_empty) && !url_from {
+                return Err(RenderError::NoStoreUrl { path });
+            }
+        }
         let namespace = flow
             .metadata
             .namespace

@@ -22,6 +22,14 @@ pub enum RenderError {
          no default NATS URL"
     )]
     NoBroker,
+    /// A payload or run store declared without a URL. `videoflow-worker run` starts a private
+    /// redis-server for `payloadStore: {}`; a cluster has nothing to start, and workers
+    /// without the URL would fail only once a payload is over the inline limit.
+    #[error("{path} names no URL ({path}.url or {path}.urlFrom)")]
+    NoStoreUrl {
+        /// `spec.payloadStore` or `spec.runtimeStore`.
+        path: &'static str,
+    },
     /// An exec or python component without an image: on a cluster the user's program must
     /// come from somewhere, and the worker image does not ship it.
     #[error("{path}: node '{node}' runs a {component} component but names no image")]
@@ -83,6 +91,7 @@ impl RenderError {
             RenderError::Serialize(_) => ErrorCode::Unknown,
             RenderError::MissingName
             | RenderError::NoBroker
+            | RenderError::NoStoreUrl { .. }
             | RenderError::MissingComponentImage { .. }
             | RenderError::InvalidField { .. } => ErrorCode::Config,
         }
@@ -103,6 +112,11 @@ impl RenderError {
                  (--nats-url)."
                     .into()
             }
+            RenderError::NoStoreUrl { path } => format!(
+                "Set {path}.url (redis://host:6379/0), or {path}.urlFrom.secretKeyRef when the \
+                 URL carries credentials: on a cluster nothing starts a Redis for the Flow \
+                 (only `videoflow-worker run` does, locally)."
+            ),
             RenderError::MissingComponentImage { path, .. } => format!(
                 "Set {path} to an image that contains the program (exec) or videoflow and the \
                  node class (python)."
