@@ -161,10 +161,13 @@ pub struct TeardownConfig {
     pub run_id: String,
     /// `VF_ADMISSION_TIMEOUT_SECONDS` (default 60 s): bounds the connect.
     pub timeout: Duration,
+    /// `VF_RUNTIME_STORE_URL` (empty ⇒ memory, which holds nothing to delete): the run
+    /// ledger whose records go with the run.
+    pub runtime_store_url: String,
 }
 
 impl TeardownConfig {
-    /// Reads the four variables.
+    /// Reads the run, the broker, the run ledger and the timeout.
     ///
     /// # Errors
     /// `VF_CONFIG`: a required variable missing or empty, or a bad timeout.
@@ -186,6 +189,10 @@ impl TeardownConfig {
             flow_id: get("VF_FLOW_ID")?,
             run_id: get("VF_RUN_ID")?,
             timeout: bounded_seconds("VF_ADMISSION_TIMEOUT_SECONDS", timeout)?,
+            runtime_store_url: vars
+                .get("VF_RUNTIME_STORE_URL")
+                .cloned()
+                .unwrap_or_default(),
         })
     }
 }

@@ -34,6 +34,17 @@ use videoflow_core::errors::{Disposition, ErrorCode, VfError};
 use super::{CAS_ATTEMPTS, RuntimeStore};
 use crate::drain::TerminatorKind;
 
+/// The prefix of every record of run `run` of flow `flow`: `vf/{flow}/{run}/` (every node's
+/// `P` starts with it), what a teardown purges.
+///
+/// `None` when either id contains `/`: the layout joins raw ids with `/`, so flow `a` run `b`
+/// and flow `a/b` run `c` (or run `b/c`) share the prefix `vf/a/b/`, and a purge by it could
+/// delete another run's records.
+pub fn run_prefix(flow: &str, run: &str) -> Option<String> {
+    (!flow.is_empty() && !run.is_empty() && !flow.contains('/') && !run.contains('/'))
+        .then(|| format!("vf/{flow}/{run}/"))
+}
+
 /// One recorded terminator (EOS-2), as read back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TerminatorFact {

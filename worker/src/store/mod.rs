@@ -31,7 +31,7 @@ use videoflow_core::partition::py_repr_str;
 use videoflow_core::scaling::Observation;
 
 pub use file::FileStore;
-pub use kv::{ScanRow, Versioned};
+pub use kv::{Purged, ScanRow, Versioned};
 pub use lease::{LeaseHolder, SlotClaim, claim_slot};
 pub use ledger::RunLedger;
 pub use memory::MemoryStore;
@@ -212,6 +212,19 @@ impl RuntimeStore {
             RuntimeStore::Memory(s) => Ok(s.delete(key, expected)),
             RuntimeStore::File(s) => s.delete(key, expected).await,
             RuntimeStore::Redis(s) => s.delete(key, expected).await,
+        }
+    }
+
+    /// Deletes every key and log under `prefix` (a retired run's ledger,
+    /// [`ledger::run_prefix`]); what it removed.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be listed or written.
+    pub async fn purge(&self, prefix: &str) -> Result<Purged, VfError> {
+        match self {
+            RuntimeStore::Memory(s) => Ok(s.purge(prefix)),
+            RuntimeStore::File(s) => s.purge(prefix).await,
+            RuntimeStore::Redis(s) => s.purge(prefix).await,
         }
     }
 

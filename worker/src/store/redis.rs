@@ -24,7 +24,7 @@ use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::partition::py_repr_str;
 use videoflow_core::scaling::Observation;
 
-use super::kv::{ScanRow, Versioned, unreachable};
+use super::kv::{Purged, ScanRow, Versioned, unreachable};
 
 /// Key prefix on the server, so the ledger never collides with a payload store sharing it.
 pub const KEY_PREFIX: &str = "vfrt:";
@@ -358,6 +358,48 @@ impl RedisStore {
                 }
             }
             Ok(rows)
+        })
+        .await
+    }
+
+    /// Deletes every key (`vfrt:<prefix>*`) and every log (`vfrt:log:<prefix>*`) under
+    /// `prefix`: SCAN with the escaped prefix, then UNLINK per page, so nothing outside the
+    /// prefix is ever named.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when Redis cannot be scanned or written.
+    pub async fn purge(&self, prefix: &str) -> Result<Purged, VfError> {
+        let keys = self
+            .unlink_matching(prefix, format!("{KEY_PREFIX}{}*", escape_glob(prefix)))
+            .await?;
+        let logs = self
+            .unlink_matching(prefix, format!("{KEY_PREFIX}log:{}*", escape_glob(prefix)))
+            .await?;
+        Ok(Purged { keys, logs })
+    }
+
+    async fn unlink_matching(&self, prefix: &str, pattern: String) -> Result<usize, VfError> {
+        self.with_conn("purging", prefix, async move |c| {
+            let mut cursor: u64 = 0;
+            let mut removed = 0usize;
+            loop {
+                let (next, page): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(500)
+                    .query_async(c)
+                    .await?;
+                if !page.is_empty() {
+                    let n: usize = redis::cmd("UNLINK").arg(&page).query_async(c).await?;
+                    removed += n;
+                }
+                cursor = next;
+                if cursor == 0 {
+                    return Ok(removed);
+                }
+            }
         })
         .await
     }
