@@ -335,6 +335,72 @@ fn adm_2_durable_payload_and_ledger_admit_explicit_durable_control() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
+/// ADM-2 with a run ledger that refuses the job's password: the Flow asked for restart
+/// safety, so the unobservable ledger refuses the run (exit 3) before anything is created,
+/// naming the store without its password and the fix for refused credentials.
+#[test]
+fn adm_2_store_6_restart_safe_with_a_ledger_refusing_its_password_exits_3_with_the_fix() {
+    let nats = NatsServer::start().expect("nats-server");
+    let redis = RedisServer::start_with(&["--requirepass", "right-Pa55", "--appendonly", "yes"])
+        .expect("redis");
+    let flow = flow("batch", "auth");
+    let mut env = job_env(&flow, &nats.url());
+    env.insert(
+        "VF_RUNTIME_STORE_URL".into(),
+        format!("redis://:wrong-Pa55@127.0.0.1:{}/0", redis.port()),
+    );
+    env.insert(
+        "VF_PROFILE_REQUESTS_JSON".into(),
+        r#"[{"channel": "same", "profile": "reliable_work", "options": {"restart_safe": true}}]"#
+            .into(),
+    );
+    let out = run("provision", &env);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("ERROR [VF_STATE_UNKNOWN]"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "restart_safe: runtime store durability could not be observed (auth: redis://:***@127.0.0.1:{}/0: credentials refused",
+            redis.port()
+        )),
+        "names the store and why: {err}"
+    );
+    assert!(
+        err.contains("put the password (and user) it requires into VF_RUNTIME_STORE_URL"),
+        "the fix: {err}"
+    );
+    assert!(!err.contains("wrong-Pa55"), "no secret: {err}");
+    let (streams, _) = inventory(&nats.url());
+    assert!(streams.is_empty(), "nothing created: {streams:?}");
+}
+
+/// Without an explicit request that needs the ledger, the run goes on (ADM-2: unobservable
+/// is a warning then) — but the job says the ledger is off, and why, and how to fix it.
+#[test]
+fn adm_2_store_6_a_ledger_refusing_its_password_is_a_warning_without_requests() {
+    let nats = NatsServer::start().expect("nats-server");
+    let redis = RedisServer::start_with(&["--requirepass", "right-Pa55"]).expect("redis");
+    let flow = flow("batch", "warn");
+    let mut env = job_env(&flow, &nats.url());
+    env.insert(
+        "VF_RUNTIME_STORE_URL".into(),
+        format!("redis://:wrong-Pa55@127.0.0.1:{}/0", redis.port()),
+    );
+    let out = run("provision", &env);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let warning = err
+        .lines()
+        .find(|l| l.starts_with("WARNING: provision: the run ledger (VF_RUNTIME_STORE_URL, redis)"))
+        .unwrap_or_else(|| panic!("a warning: {err}"));
+    assert!(warning.contains("credentials refused"), "{warning}");
+    assert!(
+        warning.contains("retries capped by the broker"),
+        "{warning}"
+    );
+    assert!(!err.contains("wrong-Pa55"), "no secret: {err}");
+}
+
 #[test]
 fn stream_9_14_teardown_deletes_only_this_runs_objects_and_keeps_the_dlq() {
     let nats = NatsServer::start().expect("nats-server");

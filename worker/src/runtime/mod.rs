@@ -107,10 +107,17 @@ async fn start(env: &Environment, signals: &Signals) -> Result<i32, VfError> {
     // Step 7: the runtime store; a replica without an id claims a slot (ENV-5 step 3), then
     // the run ledger under the replica id it ends up with.
     let store = crate::store::RuntimeStore::open(&cfg.runtime_store_url)?;
-    let (cfg, slot) = crate::store::lease::claim_replica_slot(cfg, &store, &signals.stop).await?;
+    // STORE-6: read back once; an unreadable ledger counts as not durable, and says so.
+    let caps = store.capabilities().await;
+    if let Some(warning) = crate::store::unobserved::ledger_warning("VF_RUNTIME_STORE_URL", &caps) {
+        tracing::warn!(node = %cfg.node_name, "{warning}");
+    }
+    let (cfg, slot) =
+        crate::store::lease::claim_replica_slot(cfg, &store, &caps, &signals.stop).await?;
     let replica = u32::try_from(cfg.replica_id()).unwrap_or(0);
-    let ledger = RunLedger::open(
+    let ledger = RunLedger::open_with(
         store,
+        &caps,
         &cfg.flow_id,
         &cfg.run_id,
         &cfg.node_name,

@@ -133,7 +133,25 @@ impl RunLedger {
         replica: u32,
         nb_tasks: u32,
     ) -> Result<Self, VfError> {
-        let durable_shared = store.capabilities().await.durable_and_shared();
+        let caps = store.capabilities().await;
+        Self::open_with(store, &caps, flow, run, node, replica, nb_tasks).await
+    }
+
+    /// [`RunLedger::open`] with the capabilities the caller already read back (the worker
+    /// reads them once, for the slot claim, this ledger and its warning).
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be scanned.
+    pub async fn open_with(
+        store: RuntimeStore,
+        caps: &super::StoreCapabilities,
+        flow: &str,
+        run: &str,
+        node: &str,
+        replica: u32,
+        nb_tasks: u32,
+    ) -> Result<Self, VfError> {
+        let durable_shared = caps.durable_and_shared();
         let ledger = RunLedger {
             inner: Arc::new(Inner {
                 store,

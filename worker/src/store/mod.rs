@@ -14,6 +14,7 @@
 //! - [`lease`] — partition leases and the replica slot claim (§11.2, ENV-5 step 3).
 //! - `kv` — what every backend returns: versioned values, scan rows, the unreachable error.
 //! - [`ledger`] — the run ledger's records: terminators, received ids, published ids, completions, effect markers (§11.2).
+//! - [`unobserved`] — the WARNING and the fix when a store's durability cannot be read back.
 //!
 //! The interface is STORE-1's: versions are opaque strings minted by the store; `cas` with
 //! no expected version creates; `delete` with no expected version deletes unconditionally.
@@ -25,6 +26,7 @@ pub mod ledger;
 pub mod memory;
 pub mod redis;
 pub mod tls;
+pub mod unobserved;
 
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::partition::py_repr_str;
