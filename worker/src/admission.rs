@@ -578,7 +578,10 @@ fn flags(r: &ChannelRequest, c: &Composition, p: &mut Plan) {
                 runtime_remedy(&c.runtime),
             )),
             _ if !c.runtime.durable_and_shared() => p.definite.push((
-                format!("{head} restart_safe: the {} runtime store is not durable across processes", c.runtime.scheme),
+                format!(
+                    "{head} restart_safe: the {} runtime store is not durable across processes",
+                    c.runtime.scheme
+                ),
                 "Use file:// on a single host or redis:// with persistence enabled.".into(),
             )),
             _ => {}
@@ -870,6 +873,7 @@ async fn provision_job(vars: &BTreeMap<String, String>) -> Result<(), VfError> {
     }
     let settings = FlowSettings {
         stream_replicas: job.stream_replicas,
+        stream_max_age: job.stream_max_age,
         // STREAM-15: a durable shared ledger counts attempts, so the broker gets no cap;
         // the workers read the same store back and derive the same value.
         ledger_caps_attempts: composition.runtime.durable_and_shared(),

@@ -213,6 +213,53 @@ fn stream_7_14_provision_twice_is_a_noop_and_everything_carries_owner_metadata()
     }
 }
 
+/// `VF_STREAM_MAX_AGE_SECONDS` (`spec.broker.streamMaxAgeSeconds`): every node stream gets
+/// the age bound, read back; the DLQ keeps its 7 days; without the variable no node stream
+/// has one (STREAM-2/3 exactly); a value under the duplicate window is refused naming it.
+#[test]
+fn stream_2_3_the_flows_age_bound_is_provisioned_on_every_node_stream() {
+    let nats = NatsServer::start().expect("nats-server");
+    let aged = flow("batch", "aged");
+    let mut env = job_env(&aged, &nats.url());
+    env.insert("VF_STREAM_MAX_AGE_SECONDS".into(), "7200".into());
+    let out = run("provision", &env);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plain = flow("batch", "plain");
+    let out = run("provision", &job_env(&plain, &nats.url()));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let ages: BTreeMap<String, Duration> = rt().block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.expect("nats"));
+        let mut out = BTreeMap::new();
+        let mut list = js.streams();
+        while let Some(info) = list.next().await {
+            let info = info.expect("info");
+            out.insert(info.config.name.clone(), info.config.max_age);
+        }
+        out
+    });
+    for node in ["numbers", "same", "pair", "sink"] {
+        assert_eq!(
+            ages[&naming::stream_name("aged", "r1", node)],
+            Duration::from_secs(7200),
+            "{node}"
+        );
+        assert_eq!(
+            ages[&naming::stream_name("plain", "r1", node)],
+            Duration::ZERO,
+            "{node}"
+        );
+    }
+    assert_eq!(
+        ages[&naming::dlq_stream_name("aged")],
+        Duration::from_secs(604_800)
+    );
+    env.insert("VF_STREAM_MAX_AGE_SECONDS".into(), "60".into());
+    let out = run("provision", &env);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("VF_STREAM_MAX_AGE_SECONDS=60"), "{err}");
+}
+
 #[test]
 fn adm_1_explicit_reliable_work_on_a_realtime_channel_exits_2_and_creates_nothing() {
     let nats = NatsServer::start().expect("nats-server");
@@ -297,44 +344,6 @@ fn adm_2_store_6_config_denied_runtime_store_with_explicit_durable_request_exits
     );
 }
 
-#[test]
-fn adm_1_batch_flow_with_an_evictable_blob_redis_is_refused_with_exit_2() {
-    let nats = NatsServer::start().expect("nats-server");
-    let redis = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]).expect("redis");
-    let flow = flow("batch", "evict");
-    let mut env = job_env(&flow, &nats.url());
-    env.insert("VF_BLOB_REDIS_URL".into(), redis.url());
-    let out = run("provision", &env);
-    let err = stderr(&out);
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "binding without explicit requests: {err}"
-    );
-    assert!(
-        err.contains("the redis payload store is evictable"),
-        "{err}"
-    );
-}
-
-#[test]
-fn adm_2_durable_payload_and_ledger_admit_explicit_durable_control() {
-    let nats = NatsServer::start().expect("nats-server");
-    let redis =
-        RedisServer::start_with(&["--appendonly", "yes", "--maxmemory-policy", "noeviction"])
-            .expect("redis");
-    let flow = flow("batch", "durable");
-    let mut env = job_env(&flow, &nats.url());
-    env.insert("VF_BLOB_REDIS_URL".into(), redis.url());
-    env.insert("VF_RUNTIME_STORE_URL".into(), redis.url());
-    env.insert(
-        "VF_PROFILE_REQUESTS_JSON".into(),
-        r#"[{"channel": "numbers", "profile": "durable_control"}, {"channel": "pair", "profile": "reliable_work"}]"#.into(),
-    );
-    let out = run("provision", &env);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-}
-
 /// ADM-2 with a run ledger that refuses the job's password: the Flow asked for restart
 /// safety, so the unobservable ledger refuses the run (exit 3) before anything is created,
 /// naming the store without its password and the fix for refused credentials.
@@ -399,6 +408,44 @@ fn adm_2_store_6_a_ledger_refusing_its_password_is_a_warning_without_requests() 
         "{warning}"
     );
     assert!(!err.contains("wrong-Pa55"), "no secret: {err}");
+}
+
+#[test]
+fn adm_1_batch_flow_with_an_evictable_blob_redis_is_refused_with_exit_2() {
+    let nats = NatsServer::start().expect("nats-server");
+    let redis = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]).expect("redis");
+    let flow = flow("batch", "evict");
+    let mut env = job_env(&flow, &nats.url());
+    env.insert("VF_BLOB_REDIS_URL".into(), redis.url());
+    let out = run("provision", &env);
+    let err = stderr(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "binding without explicit requests: {err}"
+    );
+    assert!(
+        err.contains("the redis payload store is evictable"),
+        "{err}"
+    );
+}
+
+#[test]
+fn adm_2_durable_payload_and_ledger_admit_explicit_durable_control() {
+    let nats = NatsServer::start().expect("nats-server");
+    let redis =
+        RedisServer::start_with(&["--appendonly", "yes", "--maxmemory-policy", "noeviction"])
+            .expect("redis");
+    let flow = flow("batch", "durable");
+    let mut env = job_env(&flow, &nats.url());
+    env.insert("VF_BLOB_REDIS_URL".into(), redis.url());
+    env.insert("VF_RUNTIME_STORE_URL".into(), redis.url());
+    env.insert(
+        "VF_PROFILE_REQUESTS_JSON".into(),
+        r#"[{"channel": "numbers", "profile": "durable_control"}, {"channel": "pair", "profile": "reliable_work"}]"#.into(),
+    );
+    let out = run("provision", &env);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
 #[test]

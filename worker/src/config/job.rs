@@ -10,7 +10,7 @@ use videoflow_core::compile::{CompiledFlow, NodeSpec};
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::model::FlowType;
 
-use super::read::{bounded_seconds, py_int};
+use super::read::{bounded_seconds, py_int, stream_max_age};
 use super::worker::{ProfileRequest, admission_timeout_from, profile_requests_from};
 
 /// Default `VF_FLOW_SPECS_PATH`.
@@ -28,6 +28,8 @@ pub struct JobConfig {
     pub max_retries: Option<i64>,
     /// `VF_STREAM_REPLICAS`.
     pub stream_replicas: Option<i64>,
+    /// `VF_STREAM_MAX_AGE_SECONDS`: the age bound on every node stream.
+    pub stream_max_age: Option<Duration>,
     /// `VF_BLOB_REDIS_URL`.
     pub blob_url: Option<String>,
     /// `VF_RUNTIME_STORE_URL` (empty ⇒ memory).
@@ -115,6 +117,7 @@ impl JobConfig {
             nats_url: required(vars, "VF_NATS_URL")?.to_owned(),
             max_retries: optional_int(vars, "VF_MAX_RETRIES")?,
             stream_replicas: optional_int(vars, "VF_STREAM_REPLICAS")?.filter(|n| *n > 1),
+            stream_max_age: stream_max_age(optional_int(vars, "VF_STREAM_MAX_AGE_SECONDS")?)?,
             blob_url: vars
                 .get("VF_BLOB_REDIS_URL")
                 .filter(|v| !v.is_empty())

@@ -130,13 +130,14 @@ async fn start(env: &Environment, signals: &Signals) -> Result<i32, VfError> {
     let broker = broker::connect(&cfg.nats_url).await?;
     let _control =
         broker::subscribe_control(&broker, &cfg.flow_id, &cfg.run_id, &signals.stop).await?;
-    broker::ensure_node_stream(
+    broker::ensure_aged_node_stream(
         &broker,
         &cfg.flow_id,
         &cfg.run_id,
         &cfg.node_name,
         cfg.is_realtime(),
         None,
+        cfg.stream_max_age,
     )
     .await?;
     let mut ctx = NodeContext::new(&cfg.flow_id, &cfg.run_id, &cfg.node_name, replica);
@@ -296,13 +297,14 @@ async fn build_loop<'a>(
     let mut group_cap = 0usize;
     let mut share = 0usize;
     for (i, parent) in cfg.parent_names.iter().enumerate() {
-        broker::ensure_node_stream(
+        broker::ensure_aged_node_stream(
             broker,
             &cfg.flow_id,
             &cfg.run_id,
             parent,
             cfg.is_realtime(),
             None,
+            cfg.stream_max_age,
         )
         .await?;
         let bound = broker::bind_data_durable(
