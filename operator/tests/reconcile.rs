@@ -454,6 +454,58 @@ async fn invalid_flow_is_refused_with_every_problem_and_nothing_is_created() {
     );
 }
 
+/// Admission knows the nodes (the user's report: a misspelt class was admitted and failed
+/// only in its pod): an unknown built-in class, a class of another family than its kind and
+/// a mistyped parameter are refused by the reconcile itself — Admitted=False naming each with
+/// its path and "did you mean", nothing created, no finalizer.
+#[tokio::test]
+async fn unknown_classes_wrong_families_and_mistyped_params_are_refused_at_admission() {
+    let text = REALTIME
+        .replace(
+            "component: {builtin: videoflow.consumers.basic.VoidConsumer}",
+            "component: {builtin: videoflow.consumers.basic.VoidConsumr}",
+        )
+        .replace(
+            "finite: false, component: {builtin: videoflow.producers.basic.IntProducer}}",
+            "finite: false, component: {builtin: videoflow.processors.basic.IdentityProcessor}}",
+        )
+        .replace(
+            "parents: [camera], component: {builtin: videoflow.processors.basic.IdentityProcessor}}",
+            "parents: [camera], params: {fsp: 2}, component: {builtin: videoflow.processors.basic.IdentityProcessor}}",
+        );
+    assert_ne!(text, REALTIME);
+    let mut f = flow(&text);
+    f.metadata.finalizers = None;
+    let (result, calls) = scenario(f, Cluster::default(), NOW).await;
+    assert!(matches!(result, Ok(ref a) if *a == Action::await_change()));
+    assert_eq!(
+        calls.iter().map(Call::line).collect::<Vec<_>>(),
+        vec![
+            format!("PATCH /apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/cams/status"),
+            format!("POST /apis/events.k8s.io/v1/namespaces/{NS}/events"),
+        ],
+        "no reads, no creates, no finalizer"
+    );
+    let status = status_patch(&calls);
+    let admitted = condition(&status, "Admitted");
+    assert_eq!(admitted["status"], "False");
+    let message = admitted["message"].as_str().expect("message");
+    assert!(message.starts_with("3 problem(s)"), "{message}");
+    for want in [
+        "[VF_FLOW_BUILTIN] spec.nodes[0].component.builtin:",
+        "[VF_FLOW_BUILTIN] spec.nodes[1].params.fsp:",
+        "Did you mean 'fps'?",
+        "[VF_FLOW_BUILTIN] spec.nodes[2].component.builtin:",
+        "Did you mean 'videoflow.consumers.basic.VoidConsumer'?",
+    ] {
+        assert!(message.contains(want), "{want} in {message}");
+    }
+    assert_eq!(
+        events(&calls),
+        vec![("Warning".into(), "AdmissionFailed".into())]
+    );
+}
+
 /// Reconciling the same invalid Flow again writes nothing.
 #[tokio::test]
 async fn invalid_flow_reconciled_again_writes_nothing() {
