@@ -1404,12 +1404,17 @@ async fn scale_bench(w: Arc<World>, n: usize) {
          e2e scale: steady minute: {steady_reconciles} reconciles, {} API requests of the \
          operator ({flow_writes} writes and {flow_reads} reads in the Flows' namespace, {lease} \
          on the Lease of which {lease_writes} writes, {others} others); leader RSS {:.1} MiB \
-         (before the Flows {:.1} MiB, peak {:.1} MiB)",
+         (anonymous {:.1}, file-backed {:.1}; {} threads; before the Flows {:.1} MiB, \
+         anonymous {:.1}; peak {:.1} MiB)",
         3 * n,
         converged.as_secs_f64(),
         requests.len(),
         mib(steady_to.rss_kib),
+        mib(steady_to.rss_anon_kib),
+        mib(steady_to.rss_file_kib),
+        steady_to.threads,
         mib(before.rss_kib),
+        mib(before.rss_anon_kib),
         mib(steady_to.peak_rss_kib),
     );
     assert_eq!(
