@@ -133,6 +133,14 @@ pub fn render_node_env(
     if let Some(n) = streams.filter(|n| *n > 1) {
         lit("VF_STREAM_REPLICAS", n.to_string());
     }
+    if let Some(age) = doc
+        .spec
+        .broker
+        .as_ref()
+        .and_then(|b| b.stream_max_age_seconds)
+    {
+        lit("VF_STREAM_MAX_AGE_SECONDS", age.to_string());
+    }
     if let Some(store) = &doc.spec.payload_store {
         if let Some(limit) = store.inline_limit_bytes {
             lit("VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES", limit.to_string());
@@ -390,5 +398,27 @@ spec:
         let env = render_node_env(&doc, &flow, "cam", &local).expect("renders");
         assert_eq!(get(&env, "VF_NATS_URL"), Some("nats://127.0.0.1:4222"));
         assert_eq!(get(&env, "VF_HEALTH_PORT"), Some("0"));
+    }
+
+    #[test]
+    fn the_stream_age_bound_reaches_every_node_only_when_asked_for() {
+        for node in ["cam", "det", "sink"] {
+            let env = render(node, &ctx()).expect("renders");
+            assert!(!env.contains_key("VF_STREAM_MAX_AGE_SECONDS"), "{node}");
+        }
+        let text = FLOW.replace(
+            "streamReplicas: 3}",
+            "streamReplicas: 3, streamMaxAgeSeconds: 3600}",
+        );
+        let doc = parse_flow(&text).expect("parses");
+        let flow = compile(&doc).expect("compiles");
+        for node in ["cam", "det", "sink"] {
+            let env = render_node_env(&doc, &flow, node, &ctx()).expect("renders");
+            assert_eq!(
+                get(&env, "VF_STREAM_MAX_AGE_SECONDS"),
+                Some("3600"),
+                "{node}"
+            );
+        }
     }
 }

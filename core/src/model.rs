@@ -136,7 +136,21 @@ pub struct BrokerSpec {
     /// JetStream `num_replicas` for every stream (`VF_STREAM_REPLICAS`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_replicas: Option<i32>,
+    /// Age bound in seconds on every node stream of the run (JetStream `max_age`,
+    /// `VF_STREAM_MAX_AGE_SECONDS`): a message older than this is dropped whether or not it
+    /// was consumed — a safety net for streams a failed teardown leaves behind, and a
+    /// staleness bound for REALTIME frames. At least 120 (the duplicate window). Unset: no age
+    /// bound, the shape a 1.0.4 worker provisions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_max_age_seconds: Option<i64>,
 }
+
+/// The smallest `spec.broker.streamMaxAgeSeconds`: JetStream refuses a stream whose
+/// `max_age` is below its duplicate window (120 s on every node stream, MSGID-1).
+pub const MIN_STREAM_MAX_AGE_SECONDS: i64 = 120;
+/// The largest `spec.broker.streamMaxAgeSeconds` (about 100 years): beyond it the nanoseconds
+/// JetStream takes would not fit where every runtime reads them.
+pub const MAX_STREAM_MAX_AGE_SECONDS: i64 = 3_155_760_000;
 
 /// The Redis payload store (BLOB-*).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::join::policy::JoinPolicy;
 use crate::model::{
-    API_VERSION, FlowDocument, FlowSpec, FlowType, JoinMode, KIND, MAX_CREDIT_MESSAGES, NodeDecl,
-    NodeKind,
+    API_VERSION, FlowDocument, FlowSpec, FlowType, JoinMode, KIND, MAX_CREDIT_MESSAGES,
+    MAX_STREAM_MAX_AGE_SECONDS, MIN_STREAM_MAX_AGE_SECONDS, NodeDecl, NodeKind,
 };
 use crate::naming::Encoding;
 
@@ -179,6 +179,7 @@ pub fn validate_spec(spec: &FlowSpec) -> Vec<Diagnostic> {
         index.entry(n.name.as_str()).or_insert(i);
     }
 
+    check_broker(spec, &mut out);
     check_names(nodes, &mut out);
     check_edges(nodes, &index, &mut out);
     check_cycles(nodes, &index, &mut out);
@@ -187,6 +188,24 @@ pub fn validate_spec(spec: &FlowSpec) -> Vec<Diagnostic> {
         check_node(spec.flow_type, i, node, children[i], &mut out);
     }
     out
+}
+
+/// Flow-level broker settings: the stream age bound's range.
+fn check_broker(spec: &FlowSpec, out: &mut Vec<Diagnostic>) {
+    let age = spec.broker.as_ref().and_then(|b| b.stream_max_age_seconds);
+    if let Some(age) =
+        age.filter(|a| !(MIN_STREAM_MAX_AGE_SECONDS..=MAX_STREAM_MAX_AGE_SECONDS).contains(a))
+    {
+        out.push(Diagnostic::error(
+            codes::VF_FLOW_KNOB,
+            "spec.broker.streamMaxAgeSeconds",
+            format!(
+                "streamMaxAgeSeconds={age} is outside {MIN_STREAM_MAX_AGE_SECONDS}..={MAX_STREAM_MAX_AGE_SECONDS}: \
+                 JetStream refuses an age bound below a stream's duplicate window (120 s)."
+            ),
+            "Set at least 120 seconds, or remove streamMaxAgeSeconds for no age bound.",
+        ));
+    }
 }
 
 /// Number of children of each node (by index), counting only edges to known nodes.

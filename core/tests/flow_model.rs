@@ -288,6 +288,31 @@ fn credit_is_checked_where_it_means_something() {
     assert!(error_codes(&fine).is_empty());
 }
 
+/// `spec.broker.streamMaxAgeSeconds`: at least the duplicate window (JetStream refuses less),
+/// at most about 100 years; unset is fine.
+#[test]
+fn the_stream_age_bound_is_checked_against_the_duplicate_window() {
+    let with_age = |age: &str| {
+        flow(&format!(
+            "{SRC}  - {{name: s, kind: consumer, parents: [src], component: {{builtin: videoflow.consumers.VoidConsumer}}}}\n"
+        ))
+        .replace("  type: realtime\n", &format!("  type: realtime\n  broker: {{streamMaxAgeSeconds: {age}}}\n"))
+    };
+    for bad in ["119", "0", "-5", "3155760001"] {
+        assert_eq!(
+            error_codes(&with_age(bad)),
+            vec![(
+                codes::VF_FLOW_KNOB.to_owned(),
+                "spec.broker.streamMaxAgeSeconds".to_owned()
+            )],
+            "{bad}"
+        );
+    }
+    for fine in ["120", "86400", "3155760000"] {
+        assert!(error_codes(&with_age(fine)).is_empty(), "{fine}");
+    }
+}
+
 /// STREAM-15a: a single-parent node gets the Flow's credit or the default 64 as
 /// `VF_CREDIT_MESSAGES` (bytes as `VF_PREFETCH_BYTES`); a producer and a join get none.
 #[test]

@@ -399,14 +399,17 @@ fn teardown_decisions_never_block_forever() {
     let since = ts("2030-01-01T00:00:00Z");
     let soon = ts("2030-01-01T00:01:00Z");
     let late = ts("2030-01-01T00:16:00Z");
-    assert_eq!(teardown_step(None, Some(since), soon), TeardownStep::Start);
+    assert_eq!(
+        teardown_step(&[("r1", None)], Some(since), soon),
+        TeardownStep::Start
+    );
     let job: k8s_openapi::api::batch::v1::Job =
         serde_json::from_value(json!({"metadata": {"name": "t"}})).expect("job");
     assert!(
-        matches!(teardown_step(Some(&job), Some(since), soon), TeardownStep::Wait(d) if d <= Duration::from_secs(60))
+        matches!(teardown_step(&[("r1", Some(&job))], Some(since), soon), TeardownStep::Wait(d) if d <= Duration::from_secs(60))
     );
     assert_eq!(
-        teardown_step(Some(&job), Some(since), late),
+        teardown_step(&[("r1", Some(&job))], Some(since), late),
         TeardownStep::Release(TeardownOutcome::TimedOut)
     );
     let failed: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
@@ -414,8 +417,60 @@ fn teardown_decisions_never_block_forever() {
         "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "m"}]}
     })).expect("job");
     assert_eq!(
-        teardown_step(Some(&failed), Some(since), soon),
-        TeardownStep::Release(TeardownOutcome::Failed("DeadlineExceeded: m".into()))
+        teardown_step(&[("r1", Some(&failed))], Some(since), soon),
+        TeardownStep::Release(TeardownOutcome::Failed(
+            "run r1: DeadlineExceeded: m".into()
+        ))
+    );
+}
+
+/// One teardown per run: the deletion releases only when every run's teardown finished —
+/// a retired run's still running keeps it waiting, a missing one is started, and a failure
+/// of any is named with its run.
+#[test]
+fn teardown_waits_for_every_runs_job() {
+    let since = ts("2030-01-01T00:00:00Z");
+    let soon = ts("2030-01-01T00:01:00Z");
+    let job = |conditions: serde_json::Value| -> k8s_openapi::api::batch::v1::Job {
+        serde_json::from_value(
+            json!({"metadata": {"name": "t"}, "status": {"conditions": conditions}}),
+        )
+        .expect("job")
+    };
+    let done = job(json!([{"type": "Complete", "status": "True"}]));
+    let running = job(json!([]));
+    let failed = job(
+        json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "x"}]),
+    );
+    assert!(matches!(
+        teardown_step(
+            &[("r2", Some(&done)), ("r1", Some(&running))],
+            Some(since),
+            soon
+        ),
+        TeardownStep::Wait(_)
+    ));
+    assert_eq!(
+        teardown_step(&[("r2", Some(&done)), ("r1", None)], Some(since), soon),
+        TeardownStep::Start
+    );
+    assert_eq!(
+        teardown_step(
+            &[("r2", Some(&done)), ("r1", Some(&done))],
+            Some(since),
+            soon
+        ),
+        TeardownStep::Release(TeardownOutcome::Done)
+    );
+    assert_eq!(
+        teardown_step(
+            &[("r2", Some(&done)), ("r1", Some(&failed))],
+            Some(since),
+            soon
+        ),
+        TeardownStep::Release(TeardownOutcome::Failed(
+            "run r1: BackoffLimitExceeded: x".into()
+        ))
     );
 }
 

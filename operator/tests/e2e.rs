@@ -131,6 +131,11 @@ fn main() -> std::process::ExitCode {
         ),
         trial(
             &shared,
+            "every_run_a_flow_had_is_torn_down_also_when_it_is_deleted_after_an_invalid_edit",
+            retired_and_invalid_teardown,
+        ),
+        trial(
+            &shared,
             "scale_6_rendered_scaled_objects_are_accepted_by_the_api_server_with_the_keda_crd",
             scaled_objects,
         ),
@@ -696,6 +701,58 @@ async fn delete_flow_scenario(w: Arc<World>) {
         &ns,
         &selector,
         "every object of the Flow (and its pods) to be garbage-collected",
+    )
+    .await;
+}
+
+/// A Flow that moved to a new run (topology change), was then edited into something invalid
+/// and deleted: the run it left gets its teardown Job when it is left, and the run it had
+/// when it became invalid gets one at the deletion — derived from that run's provisioning
+/// Job, since the Flow cannot be rendered — instead of `TeardownSkipped` and streams left
+/// behind. Shown from the operator's own requests in the audit log (a retired run's finished
+/// Job is collected a minute later, so the log, not the cluster, is the record).
+async fn retired_and_invalid_teardown(w: Arc<World>) {
+    let c = &w.client;
+    let ns = namespace(c, "e2e-retired").await;
+    let name = apply_flow(c, &ns, CHAIN).await;
+    let first = run_id(&wait_condition(c, &ns, &name, "Ready", "True").await);
+    let moved = CHAIN.replace(
+        "  - {name: sink,",
+        "  - {name: audit, kind: consumer, parents: [det], component: {builtin: videoflow.consumers.basic.VoidConsumer}}\n  - {name: sink,",
+    );
+    apply_flow(c, &ns, &moved).await;
+    let second = rendered(&w, &ns, &moved).run_id;
+    assert_ne!(second, first);
+    wait_flow(c, &ns, &name, "the second run Ready", |f| {
+        run_id(f) == second && has_condition(f, "Ready", "True")
+    })
+    .await;
+    let invalid = moved.replace("parents: [det], component: {builtin: videoflow.consumers.basic.VoidConsumer}}\n  - {name: sink,", "parents: [nope], component: {builtin: videoflow.consumers.basic.VoidConsumer}}\n  - {name: sink,");
+    assert_ne!(invalid, moved);
+    apply_flow(c, &ns, &invalid).await;
+    let rejected = wait_condition(c, &ns, &name, "Admitted", "False").await;
+    assert_eq!(run_id(&rejected), second, "the running run is kept");
+    delete_flow(c, &ns, &name).await;
+    let torn = wait_torn_down(c, &ns, &name).await;
+    let note = torn["note"].as_str().unwrap_or_default().to_owned();
+    assert!(note.contains(&second), "{note}");
+    let applied: Vec<String> = operator_requests(&w, &ns, None, None)
+        .into_iter()
+        .filter(|(_, verb, resource, _)| verb == "patch" && resource == "jobs")
+        .map(|(_, _, _, job)| job)
+        .collect();
+    for run in [&first, &second] {
+        let job = videoflow_core::naming::run_object_name(&name, run, &["teardown"]);
+        assert!(
+            applied.contains(&job),
+            "teardown Job {job} applied: {applied:?}"
+        );
+    }
+    wait_gone(
+        c,
+        &ns,
+        &format!("videoflow.io/flow={name}"),
+        "every object of the Flow to be collected",
     )
     .await;
 }
@@ -1351,12 +1408,17 @@ async fn scale_bench(w: Arc<World>, n: usize) {
          e2e scale: steady minute: {steady_reconciles} reconciles, {} API requests of the \
          operator ({flow_writes} writes and {flow_reads} reads in the Flows' namespace, {lease} \
          on the Lease of which {lease_writes} writes, {others} others); leader RSS {:.1} MiB \
-         (before the Flows {:.1} MiB, peak {:.1} MiB)",
+         (anonymous {:.1}, file-backed {:.1}; {} threads; before the Flows {:.1} MiB, \
+         anonymous {:.1}; peak {:.1} MiB)",
         3 * n,
         converged.as_secs_f64(),
         requests.len(),
         mib(steady_to.rss_kib),
+        mib(steady_to.rss_anon_kib),
+        mib(steady_to.rss_file_kib),
+        steady_to.threads,
         mib(before.rss_kib),
+        mib(before.rss_anon_kib),
         mib(steady_to.peak_rss_kib),
     );
     assert_eq!(

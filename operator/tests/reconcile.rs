@@ -454,6 +454,58 @@ async fn invalid_flow_is_refused_with_every_problem_and_nothing_is_created() {
     );
 }
 
+/// Admission knows the nodes (the user's report: a misspelt class was admitted and failed
+/// only in its pod): an unknown built-in class, a class of another family than its kind and
+/// a mistyped parameter are refused by the reconcile itself — Admitted=False naming each with
+/// its path and "did you mean", nothing created, no finalizer.
+#[tokio::test]
+async fn unknown_classes_wrong_families_and_mistyped_params_are_refused_at_admission() {
+    let text = REALTIME
+        .replace(
+            "component: {builtin: videoflow.consumers.basic.VoidConsumer}",
+            "component: {builtin: videoflow.consumers.basic.VoidConsumr}",
+        )
+        .replace(
+            "finite: false, component: {builtin: videoflow.producers.basic.IntProducer}}",
+            "finite: false, component: {builtin: videoflow.processors.basic.IdentityProcessor}}",
+        )
+        .replace(
+            "parents: [camera], component: {builtin: videoflow.processors.basic.IdentityProcessor}}",
+            "parents: [camera], params: {fsp: 2}, component: {builtin: videoflow.processors.basic.IdentityProcessor}}",
+        );
+    assert_ne!(text, REALTIME);
+    let mut f = flow(&text);
+    f.metadata.finalizers = None;
+    let (result, calls) = scenario(f, Cluster::default(), NOW).await;
+    assert!(matches!(result, Ok(ref a) if *a == Action::await_change()));
+    assert_eq!(
+        calls.iter().map(Call::line).collect::<Vec<_>>(),
+        vec![
+            format!("PATCH /apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/cams/status"),
+            format!("POST /apis/events.k8s.io/v1/namespaces/{NS}/events"),
+        ],
+        "no reads, no creates, no finalizer"
+    );
+    let status = status_patch(&calls);
+    let admitted = condition(&status, "Admitted");
+    assert_eq!(admitted["status"], "False");
+    let message = admitted["message"].as_str().expect("message");
+    assert!(message.starts_with("3 problem(s)"), "{message}");
+    for want in [
+        "[VF_FLOW_BUILTIN] spec.nodes[0].component.builtin:",
+        "[VF_FLOW_BUILTIN] spec.nodes[1].params.fsp:",
+        "Did you mean 'fps'?",
+        "[VF_FLOW_BUILTIN] spec.nodes[2].component.builtin:",
+        "Did you mean 'videoflow.consumers.basic.VoidConsumer'?",
+    ] {
+        assert!(message.contains(want), "{want} in {message}");
+    }
+    assert_eq!(
+        events(&calls),
+        vec![("Warning".into(), "AdmissionFailed".into())]
+    );
+}
+
 /// Reconciling the same invalid Flow again writes nothing.
 #[tokio::test]
 async fn invalid_flow_reconciled_again_writes_nothing() {
@@ -1248,6 +1300,223 @@ async fn failed_or_overdue_teardown_still_releases_the_flow() {
         writes(&calls)
             .last()
             .is_some_and(|w| w.ends_with("/flows/cams"))
+    );
+}
+
+fn event_notes(calls: &[Call]) -> Vec<String> {
+    calls
+        .iter()
+        .filter(|c| c.method == "POST" && c.uri.contains("/events"))
+        .map(|c| {
+            c.body.as_ref().expect("event body")["note"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
+fn job_env<'a>(job: &'a Value, var: &str) -> &'a Value {
+    job["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .and_then(|env| env.iter().find(|e| e["name"] == var))
+        .map_or(&Value::Null, |e| &e["value"])
+}
+
+/// A run the Flow moved away from is torn down by its own Job; deleting the Flow while that
+/// Job still runs waits for it (the garbage collector would otherwise kill it with the
+/// Flow), and the release names both runs.
+#[tokio::test]
+async fn deletion_waits_for_the_teardown_of_a_run_the_flow_moved_away_from() {
+    let f = with_status(
+        flow(REALTIME),
+        &json!({"runId": rendered(&flow(REALTIME)).run_id}),
+    );
+    let r = rendered(&f);
+    let mine = videoflow_operator::controller::teardown::teardown_job(&r);
+    let retired =
+        videoflow_operator::controller::teardown::retired_run_teardown_job(&r, "old0000000");
+    let names = |j: &k8s_openapi::api::batch::v1::Job| j.metadata.name.clone().expect("name");
+    let cluster = Cluster::default()
+        .applied(&f, false)
+        .with("jobs", serde_json::to_value(&mine).expect("json"))
+        .status("jobs", &names(&mine), complete_job(NOW))
+        .with("jobs", serde_json::to_value(&retired).expect("json"));
+    let (result, calls) = scenario(deleting(f.clone(), NOW), cluster.clone(), NOW).await;
+    assert!(
+        matches!(result, Ok(ref a) if *a == Action::requeue(Duration::from_secs(60))),
+        "{result:?}"
+    );
+    assert!(events(&calls).is_empty(), "no release yet: {calls:#?}");
+    assert!(
+        !writes(&calls).iter().any(|w| w.ends_with("/flows/cams")),
+        "the finalizer stays while run old0000000's teardown runs: {:?}",
+        writes(&calls)
+    );
+    let finished = cluster.status("jobs", &names(&retired), complete_job(NOW));
+    let (_, calls) = scenario(deleting(f, NOW), finished, NOW).await;
+    assert_eq!(events(&calls), vec![("Normal".into(), "TornDown".into())]);
+    let note = &event_notes(&calls)[0];
+    assert!(
+        note.contains(&r.run_id) && note.contains("old0000000"),
+        "both runs: {note}"
+    );
+    assert!(
+        writes(&calls)
+            .last()
+            .is_some_and(|w| w.ends_with("/flows/cams"))
+    );
+}
+
+/// Deleted right after a topology change, before the reconcile that retires the old run:
+/// `status.runId` still names it, so its teardown Job is applied beside the new run's.
+#[tokio::test]
+async fn deletion_tears_down_the_status_run_when_the_move_never_finished() {
+    let old = flow(REALTIME);
+    let old_r = rendered(&old);
+    let changed = REALTIME.replace(
+        "  - {name: sink, kind: consumer, parents: [detect]",
+        "  - {name: sink, kind: consumer, parents: [camera]",
+    );
+    let new = with_status(flow(&changed), &json!({"runId": old_r.run_id}));
+    let new_r = rendered(&new);
+    assert_ne!(old_r.run_id, new_r.run_id);
+    let (result, calls) = scenario(deleting(new, NOW), running_realtime(&old), NOW).await;
+    assert!(result.is_ok(), "{result:?}");
+    let teardown = |run: &str| {
+        format!(
+            "PATCH /apis/batch/v1/namespaces/{NS}/jobs/{}",
+            videoflow_core::naming::run_object_name("cams", run, &["teardown"])
+        )
+    };
+    let w = writes(&calls);
+    assert!(w.contains(&teardown(&new_r.run_id)), "{w:#?}");
+    assert!(w.contains(&teardown(&old_r.run_id)), "{w:#?}");
+    let old_job = calls
+        .iter()
+        .find(|c| c.line() == teardown(&old_r.run_id))
+        .and_then(|c| c.body.clone())
+        .expect("the old run's teardown");
+    assert_eq!(job_env(&old_job, "VF_RUN_ID"), old_r.run_id.as_str());
+}
+
+/// A Flow edited into something invalid keeps its running run (nothing is applied or
+/// pruned while it is invalid); deleting it then tears that run down with a Job derived
+/// from the run's provisioning Job — same image, environment and owner — instead of
+/// leaving its streams and ledger records behind.
+#[tokio::test]
+async fn deleting_a_flow_edited_invalid_tears_its_run_down_from_the_provisioning_job() {
+    let valid = flow(REALTIME);
+    let r = rendered(&valid);
+    let invalid_text = REALTIME.replace("parents: [detect]", "parents: [nope]");
+    let invalid = with_status(flow(&invalid_text), &json!({"runId": r.run_id}));
+    assert!(
+        render::render(&invalid, &config()).is_err(),
+        "the edit cannot be rendered"
+    );
+    let mut cluster = Cluster::default().applied(&valid, true);
+    for provision in cluster.objects.entry("jobs").or_default() {
+        // What the API server adds to a Job it created.
+        provision["metadata"]["uid"] = json!("job-uid");
+        provision["metadata"]["labels"]["batch.kubernetes.io/controller-uid"] = json!("job-uid");
+        provision["spec"]["selector"] =
+            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "job-uid"}});
+        provision["spec"]["template"]["metadata"]["labels"]["batch.kubernetes.io/controller-uid"] =
+            json!("job-uid");
+        provision["spec"]["template"]["metadata"]["labels"]["job-name"] =
+            json!(r.provision.metadata.name.clone());
+        provision["status"] = complete_job(EARLIER);
+    }
+    let (result, calls) = scenario(deleting(invalid.clone(), NOW), cluster.clone(), NOW).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_reads(&calls, "cams");
+    let teardown_name = videoflow_core::naming::run_object_name("cams", &r.run_id, &["teardown"]);
+    let w = writes(&calls);
+    assert_eq!(
+        w.last(),
+        Some(&format!(
+            "PATCH /apis/batch/v1/namespaces/{NS}/jobs/{teardown_name}"
+        )),
+        "{w:#?}"
+    );
+    assert!(
+        !w.iter()
+            .any(|l| l.starts_with("DELETE") && l.ends_with("-provision")),
+        "the provisioning Job stays until its teardown exists: {w:#?}"
+    );
+    let job = calls
+        .last()
+        .and_then(|c| c.body.clone())
+        .expect("teardown body");
+    let container = &job["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["command"],
+        json!(["/usr/local/bin/videoflow-worker", "teardown"])
+    );
+    let provision_container = serde_json::to_value(&r.provision).expect("json")["spec"]["template"]
+        ["spec"]["containers"][0]
+        .clone();
+    assert_eq!(container["image"], provision_container["image"]);
+    assert_eq!(
+        container["env"], provision_container["env"],
+        "the run's environment"
+    );
+    assert_eq!(job_env(&job, "VF_RUN_ID"), r.run_id.as_str());
+    assert_eq!(
+        job["metadata"]["labels"]["app.kubernetes.io/component"],
+        "teardown"
+    );
+    assert_eq!(
+        job["metadata"]["ownerReferences"][0]["uid"], UID,
+        "owned by the Flow"
+    );
+    let text = job.to_string();
+    assert!(
+        !text.contains("job-uid") && job["spec"]["selector"].is_null(),
+        "no trace of the provisioning Job's identity: {text}"
+    );
+    // Once the teardown completed, the Flow is released.
+    let done = cluster
+        .with("jobs", job.clone())
+        .status("jobs", &teardown_name, complete_job(NOW));
+    let (_, calls) = scenario(deleting(invalid, NOW), done, NOW).await;
+    assert_eq!(events(&calls), vec![("Normal".into(), "TornDown".into())]);
+    assert!(event_notes(&calls)[0].contains(&r.run_id));
+}
+
+/// A run left through an invalid edit is still retired: the invalid reconcile keeps
+/// `status.runId`, and the next valid spec with another topology tears that run down.
+#[tokio::test]
+async fn a_run_left_through_an_invalid_edit_is_still_torn_down() {
+    let old = flow(REALTIME);
+    let old_r = rendered(&old);
+    let cluster = running_realtime(&old);
+    let (_, first) = scenario(old.clone(), cluster.clone(), EARLIER).await;
+    let invalid_text = REALTIME.replace("parents: [detect]", "parents: [nope]");
+    let mut invalid = with_status(flow(&invalid_text), &status_patch(&first));
+    invalid.metadata.generation = Some(2);
+    let (_, second) = scenario(invalid, cluster.clone(), EARLIER).await;
+    let rejected = status_patch(&second);
+    assert_eq!(rejected["runId"], old_r.run_id, "the running run is kept");
+    assert!(
+        !writes(&second).iter().any(|w| w.contains("/jobs/")),
+        "nothing applied or pruned while invalid"
+    );
+    let changed = REALTIME.replace(
+        "  - {name: sink, kind: consumer, parents: [detect]",
+        "  - {name: sink, kind: consumer, parents: [camera]",
+    );
+    let mut new = with_status(flow(&changed), &rejected);
+    new.metadata.generation = Some(3);
+    let (result, third) = scenario(new, cluster, NOW).await;
+    assert!(result.is_ok(), "{result:?}");
+    let retired = videoflow_core::naming::run_object_name("cams", &old_r.run_id, &["teardown"]);
+    assert!(
+        writes(&third).contains(&format!(
+            "PATCH /apis/batch/v1/namespaces/{NS}/jobs/{retired}"
+        )),
+        "{:#?}",
+        writes(&third)
     );
 }
 

@@ -32,7 +32,7 @@ pub use crate::config::JobConfig;
 pub use crate::config::job::DEFAULT_SPECS_PATH;
 use crate::config::{ProfileRequest, WorkerConfig};
 use crate::provision::{FlowSettings, provision_flow, spec_vars};
-use crate::store::{RuntimeStore, StoreCapabilities, redis_durability};
+use crate::store::{RuntimeStore, StoreCapabilities, redis_durability, unobserved};
 
 /// `live_latest`: LIMITS retention, discard OLD, a bound (the REALTIME preset).
 pub const LIVE_LATEST: &str = "live_latest";
@@ -444,6 +444,13 @@ impl Plan {
     }
 }
 
+/// The fix for an unreadable run ledger ([`unobserved::remedy`]), and why it matters here.
+fn runtime_remedy(runtime: &StoreCapabilities) -> String {
+    let fix = unobserved::remedy("VF_RUNTIME_STORE_URL", &runtime.durable)
+        .unwrap_or_else(|| format!("Restore access to the {} configuration.", runtime.scheme));
+    format!("{fix} Then re-run; an unobservable guarantee is not an available one.")
+}
+
 fn unobserved(what: &str, o: &Observation<bool>) -> String {
     match o {
         Observation::Unknown { reason, detail } => {
@@ -494,8 +501,10 @@ pub fn plan(requests: &[ChannelRequest], c: &Composition) -> Plan {
                 if let Some(payload) = &c.payload {
                     match payload {
                         Observation::Unknown { .. } => {
+                            let fix = unobserved::remedy("VF_BLOB_REDIS_URL", payload)
+                                .unwrap_or_default();
                             p.unobservable.push((format!("{head}: {}", unobserved("payload-store durability", payload)),
-                                "Restore access to the redis configuration and re-run; an unobservable guarantee is not an available one.".into()));
+                                format!("{fix} Then re-run; an unobservable guarantee is not an available one.")));
                             continue;
                         }
                         Observation::Known(false) => {
@@ -522,8 +531,13 @@ pub fn plan(requests: &[ChannelRequest], c: &Composition) -> Plan {
             }
             DURABLE_CONTROL => match &c.runtime.durable {
                 Observation::Unknown { .. } => {
-                    p.unobservable.push((format!("{head}: {}", unobserved("runtime store durability", &c.runtime.durable)),
-                        format!("Restore access to the {} configuration and re-run; an unobservable guarantee is not an available one.", c.runtime.scheme)));
+                    p.unobservable.push((
+                        format!(
+                            "{head}: {}",
+                            unobserved("runtime store durability", &c.runtime.durable)
+                        ),
+                        runtime_remedy(&c.runtime),
+                    ));
                     continue;
                 }
                 _ if !c.runtime.durable_and_shared() => {
@@ -557,11 +571,17 @@ fn flags(r: &ChannelRequest, c: &Composition, p: &mut Plan) {
     if opt("restart_safe").and_then(serde_json::Value::as_bool) == Some(true) {
         match &c.runtime.durable {
             Observation::Unknown { .. } => p.unobservable.push((
-                format!("{head} restart_safe: {}", unobserved("runtime store durability", &c.runtime.durable)),
-                format!("Restore access to the {} configuration and re-run; an unobservable guarantee is not an available one.", c.runtime.scheme),
+                format!(
+                    "{head} restart_safe: {}",
+                    unobserved("runtime store durability", &c.runtime.durable)
+                ),
+                runtime_remedy(&c.runtime),
             )),
             _ if !c.runtime.durable_and_shared() => p.definite.push((
-                format!("{head} restart_safe: the {} runtime store is not durable across processes", c.runtime.scheme),
+                format!(
+                    "{head} restart_safe: the {} runtime store is not durable across processes",
+                    c.runtime.scheme
+                ),
                 "Use file:// on a single host or redis:// with persistence enabled.".into(),
             )),
             _ => {}
@@ -833,6 +853,9 @@ async fn provision_job(vars: &BTreeMap<String, String>) -> Result<(), VfError> {
             shared: true,
         });
     tracing::info!(url = %redact_url(&broker_caps.url), max_payload = ?broker_caps.max_payload, jetstream = ?broker_caps.jetstream, persistent = ?broker_caps.persistent_storage, runtime = ?runtime, payload = ?payload, "admission read-back");
+    // STORE-6: an unreadable ledger counts as not durable; without an explicit request that
+    // needs it the run goes on (ADM-2), but never silently.
+    let ledger_warning = unobserved::ledger_warning("VF_RUNTIME_STORE_URL", &runtime);
     let config_for = |spec: &NodeSpec| job.node_config(spec, 0);
     let requests = requirements(flow, &job.explicit, &config_for)?;
     let composition = Composition {
@@ -845,8 +868,12 @@ async fn provision_job(vars: &BTreeMap<String, String>) -> Result<(), VfError> {
             "WARNING: provision: the composition does not provide every requested guarantee — {warning}"
         );
     }
+    if let Some(warning) = ledger_warning {
+        eprintln!("WARNING: provision: {warning}");
+    }
     let settings = FlowSettings {
         stream_replicas: job.stream_replicas,
+        stream_max_age: job.stream_max_age,
         // STREAM-15: a durable shared ledger counts attempts, so the broker gets no cap;
         // the workers read the same store back and derive the same value.
         ledger_caps_attempts: composition.runtime.durable_and_shared(),

@@ -45,6 +45,8 @@ pub struct Provisioned {
 pub struct FlowSettings {
     /// `VF_STREAM_REPLICAS`: `num_replicas` of every stream (DLQ included) when > 1.
     pub stream_replicas: Option<i64>,
+    /// `VF_STREAM_MAX_AGE_SECONDS`: `max_age` of every node stream (the DLQ keeps its 7 days).
+    pub stream_max_age: Option<std::time::Duration>,
     /// STREAM-15: at-least-once durables get `max_deliver = −1` (the ledger counts attempts).
     pub ledger_caps_attempts: bool,
     /// STREAM-7/14: a durable found with another configuration is IncompatibleProfile (the
@@ -134,6 +136,12 @@ pub async fn provision(
             .as_ref()
             .and_then(|b| b.stream_replicas)
             .map(i64::from),
+        stream_max_age: crate::config::read::stream_max_age(
+            doc.spec
+                .broker
+                .as_ref()
+                .and_then(|b| b.stream_max_age_seconds),
+        )?,
         ledger_caps_attempts: ledger_caps_attempts(doc).await,
         strict_durables: false,
     };
@@ -241,13 +249,14 @@ where
     let replicas = settings.stream_replicas.filter(|n| *n > 1);
     let mut done = Provisioned::default();
     for node in &flow.nodes {
-        let ensured = broker::ensure_node_stream(
+        let ensured = broker::ensure_aged_node_stream(
             broker,
             &flow.flow_id,
             &flow.run_id,
             &node.name,
             realtime,
             replicas,
+            settings.stream_max_age,
         )
         .await?;
         done.streams += 1;

@@ -8,6 +8,12 @@
 //! DLQ carries no run label and its subject is not a data subject, so it always stays (it
 //! ages out after 7 days). A listing that fails or stops short is an incomplete cleanup
 //! (exit 3), never "nothing to delete".
+//!
+//! The run's records in a durable shared run ledger (`file://`, `redis://`) go too: every key
+//! and log under `vf/{flow}/{run}/` (§11.2's layout, raw ids), found by scanning that prefix —
+//! the trailing `/` keeps run `r1` from matching run `r1-x`. Ids containing `/` make the
+//! prefix ambiguous (flow `a` run `b/c` and flow `a/b` run `c` share `vf/a/b/`), so such a
+//! ledger is left alone and the cleanup reported incomplete, naming why.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -18,6 +24,7 @@ use videoflow_core::naming::{self, LABEL_FLOW_ID, LABEL_RUN_ID};
 
 use crate::broker::{self, Broker};
 use crate::config::TeardownConfig;
+use crate::store::{Purged, RuntimeStore, ledger::run_prefix};
 
 /// Bound on listing and on each delete.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -29,6 +36,9 @@ pub struct Cleanup {
     pub removed_streams: Vec<String>,
     /// Run-owned consumers deleted from streams the run does not own (`stream/durable`).
     pub removed_consumers: Vec<String>,
+    /// The run ledger's keys and logs deleted (`None`: no ledger was purged — none was
+    /// given, or a `memory://` one, which dies with its process).
+    pub ledger: Option<Purged>,
     /// Owned objects whose delete failed.
     pub remaining: Vec<String>,
     /// Why the cleanup is incomplete (empty when complete).
@@ -188,14 +198,44 @@ async fn delete_owned_consumers(
     }
 }
 
-/// `videoflow-worker teardown`: control stop (CTRL-1), then [`teardown_run`]. Reads
-/// `VF_NATS_URL`, `VF_FLOW_ID`, `VF_RUN_ID`; returns the exit status (3 when incomplete),
-/// printing refusals in the §15.3 form.
+/// Deletes the run's records from its run ledger: every key and log under
+/// `vf/{flow}/{run}/` ([`run_prefix`]). A `memory://` ledger holds nothing of another
+/// process and is skipped; a failed purge, or ids that make the prefix ambiguous, make the
+/// cleanup incomplete.
+pub async fn purge_run_ledger(store: &RuntimeStore, flow: &str, run: &str, out: &mut Cleanup) {
+    if matches!(store, RuntimeStore::Memory(_)) {
+        return;
+    }
+    let Some(prefix) = run_prefix(flow, run) else {
+        out.reasons.push(format!(
+            "run ledger: the ids flow {flow:?} run {run:?} contain '/', so the prefix \
+             vf/{flow}/{run}/ may also hold another run's records; delete this run's by hand"
+        ));
+        return;
+    };
+    match tokio::time::timeout(CALL_TIMEOUT, store.purge(&prefix)).await {
+        Ok(Ok(purged)) => out.ledger = Some(purged),
+        Ok(Err(e)) => out.reasons.push(format!("run ledger: {}", e.message)),
+        Err(_) => out
+            .reasons
+            .push("run ledger: the purge did not finish within 30 s".to_owned()),
+    }
+}
+
+/// `videoflow-worker teardown`: control stop (CTRL-1), then [`teardown_run`], then the run
+/// ledger's records. Reads `VF_NATS_URL`, `VF_FLOW_ID`, `VF_RUN_ID`, `VF_RUNTIME_STORE_URL`;
+/// returns the exit status (3 when incomplete), printing refusals in the §15.3 form.
 pub async fn run_teardown_job(vars: &BTreeMap<String, String>) -> i32 {
     match teardown_job(vars).await {
         Ok(c) => {
+            let ledger = c.ledger.map_or_else(String::new, |p| {
+                format!(
+                    ", and {} keys and {} logs of the run ledger",
+                    p.keys, p.logs
+                )
+            });
             eprintln!(
-                "teardown: deleted {} streams and {} consumers; the DLQ stays",
+                "teardown: deleted {} streams and {} consumers{ledger}; the DLQ stays",
                 c.removed_streams.len(),
                 c.removed_consumers.len()
             );
@@ -210,16 +250,28 @@ pub async fn run_teardown_job(vars: &BTreeMap<String, String>) -> i32 {
 
 async fn teardown_job(vars: &BTreeMap<String, String>) -> Result<Cleanup, VfError> {
     let job = TeardownConfig::from_env(vars)?;
+    let ledger = RuntimeStore::open(&job.runtime_store_url)?;
     let broker = broker::connect_within(&job.nats_url, job.timeout).await?;
-    teardown(&broker, &job.flow_id, &job.run_id)
+    teardown(&broker, &job.flow_id, &job.run_id, Some(&ledger))
         .await
         .into_result(&job.flow_id, &job.run_id)
 }
 
-/// Control stop, then [`teardown_run`] — what both the CLI and the local runner call.
-pub async fn teardown(broker: &Broker, flow: &str, run: &str) -> Cleanup {
+/// Control stop, then [`teardown_run`], then [`purge_run_ledger`] when a ledger is given —
+/// what both the CLI and the local runner call. The ledger goes last: a worker still
+/// draining after the stop may record a terminator until its streams are gone.
+pub async fn teardown(
+    broker: &Broker,
+    flow: &str,
+    run: &str,
+    ledger: Option<&RuntimeStore>,
+) -> Cleanup {
     if let Err(e) = broker::send_control_stop(broker, flow, run).await {
         tracing::warn!("control stop before teardown failed: {e}");
     }
-    teardown_run(broker, flow, run).await
+    let mut out = teardown_run(broker, flow, run).await;
+    if let Some(store) = ledger {
+        purge_run_ledger(store, flow, run, &mut out).await;
+    }
+    out
 }

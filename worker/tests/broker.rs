@@ -21,8 +21,8 @@ use videoflow_worker::broker::{
 };
 use videoflow_worker::broker::{
     bind_data_durable, bind_or_create, connect, connect_within, create_eos_durable,
-    ensure_dlq_stream, ensure_eos_anchor, ensure_node_stream, ensure_stream, observe_consumer,
-    publish_dead_letter, send_control_stop, subscribe_control,
+    ensure_aged_node_stream, ensure_dlq_stream, ensure_eos_anchor, ensure_node_stream,
+    ensure_stream, observe_consumer, publish_dead_letter, send_control_stop, subscribe_control,
 };
 use videoflow_worker::config::WorkerConfig;
 
@@ -213,6 +213,58 @@ async fn stream_7_ensuring_twice_is_a_no_op() {
         .expect("stream");
     assert_eq!(again.cached_info().created, created);
     assert_eq!(message_count(&b, "vf-flow-A-run-1-det").await, 1);
+}
+
+/// The age bound (`VF_STREAM_MAX_AGE_SECONDS`, an extension of STREAM-2/3): requested and
+/// read back like any field, on both shapes; an ensure without it — what a 1.0.4 worker does
+/// at start — updates it away (STREAM-7), and our worker's ensure puts it back; messages held
+/// are kept through both updates.
+#[tokio::test]
+async fn stream_2_3_the_age_bound_is_read_back_and_survives_a_1_0_4_style_ensure() {
+    let server = server();
+    let b = broker(&server).await;
+    let hour = Some(Duration::from_secs(3600));
+    let made = ensure_aged_node_stream(&b, FLOW, RUN, "cam", true, None, hour)
+        .await
+        .expect("aged");
+    assert_eq!(made.action, EnsureAction::Accepted, "created");
+    assert_eq!(made.effective.max_age, Duration::from_secs(3600));
+    // A BATCH stream with its durable, as 1.0.4 shapes it, then ours with the bound.
+    let _durable = batch_edge(&b, "det", "sink", Duration::from_secs(60)).await;
+    let aged = ensure_aged_node_stream(&b, FLOW, RUN, "det", false, None, hour)
+        .await
+        .expect("aged");
+    assert_eq!(aged.action, EnsureAction::Updated);
+    assert_eq!(aged.effective.max_age, Duration::from_secs(3600));
+    publish_n(&b, "det", 2, "aged").await;
+    let stripped = ensure_node_stream(&b, FLOW, RUN, "det", false, None)
+        .await
+        .expect("1.0.4's shape");
+    assert_eq!(stripped.action, EnsureAction::Updated);
+    assert_eq!(
+        stripped.effective.max_age,
+        Duration::ZERO,
+        "the bound is gone"
+    );
+    let restored = ensure_aged_node_stream(&b, FLOW, RUN, "det", false, None, hour)
+        .await
+        .expect("ours again");
+    assert_eq!(restored.action, EnsureAction::Updated);
+    assert_eq!(restored.effective.max_age, Duration::from_secs(3600));
+    assert_eq!(message_count(&b, "vf-flow-A-run-1-det").await, 2);
+    // JetStream refuses an age below the duplicate window; the read-back reports it.
+    let e = ensure_aged_node_stream(
+        &b,
+        FLOW,
+        RUN,
+        "low",
+        false,
+        None,
+        Some(Duration::from_secs(60)),
+    )
+    .await
+    .expect_err("refused");
+    assert!(e.to_string().contains("vf-flow-A-run-1-low"), "{e}");
 }
 
 #[tokio::test]

@@ -794,3 +794,25 @@ fn on_finish_exits_by_default_holds_when_asked_and_refuses_anything_else() {
     let e = err(&with(&[("VF_ON_FINISH", "Hold")]));
     assert!(e.message.contains("VF_ON_FINISH='Hold'"), "{}", e.message);
 }
+
+/// `VF_STREAM_MAX_AGE_SECONDS` (`spec.broker.streamMaxAgeSeconds`): unset is no age bound;
+/// a value is the `max_age` the worker ensures its streams with; below the streams' 120 s
+/// duplicate window (JetStream refuses it) or not an integer is `VF_CONFIG` naming it.
+#[test]
+fn stream_max_age_is_read_and_bounded_by_the_duplicate_window() {
+    assert_eq!(ok(&base()).stream_max_age, None);
+    let mut v = base();
+    v.insert("VF_STREAM_MAX_AGE_SECONDS".into(), "3600".into());
+    assert_eq!(
+        ok(&v).stream_max_age,
+        Some(std::time::Duration::from_secs(3600))
+    );
+    for bad in ["119", "-1", "1.5", "soon"] {
+        v.insert("VF_STREAM_MAX_AGE_SECONDS".into(), bad.into());
+        let e = err(&v);
+        assert!(
+            e.message.contains("VF_STREAM_MAX_AGE_SECONDS"),
+            "{bad}: {e:?}"
+        );
+    }
+}

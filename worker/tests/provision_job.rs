@@ -10,6 +10,7 @@ use videoflow_core::compile::{CompiledFlow, compile};
 use videoflow_core::load::parse_flow;
 use videoflow_core::naming;
 use videoflow_testkit::{NatsServer, RedisServer};
+use videoflow_worker::store::RuntimeStore;
 
 const BIN: &str = env!("CARGO_BIN_EXE_videoflow-worker");
 
@@ -212,6 +213,53 @@ fn stream_7_14_provision_twice_is_a_noop_and_everything_carries_owner_metadata()
     }
 }
 
+/// `VF_STREAM_MAX_AGE_SECONDS` (`spec.broker.streamMaxAgeSeconds`): every node stream gets
+/// the age bound, read back; the DLQ keeps its 7 days; without the variable no node stream
+/// has one (STREAM-2/3 exactly); a value under the duplicate window is refused naming it.
+#[test]
+fn stream_2_3_the_flows_age_bound_is_provisioned_on_every_node_stream() {
+    let nats = NatsServer::start().expect("nats-server");
+    let aged = flow("batch", "aged");
+    let mut env = job_env(&aged, &nats.url());
+    env.insert("VF_STREAM_MAX_AGE_SECONDS".into(), "7200".into());
+    let out = run("provision", &env);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plain = flow("batch", "plain");
+    let out = run("provision", &job_env(&plain, &nats.url()));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let ages: BTreeMap<String, Duration> = rt().block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.expect("nats"));
+        let mut out = BTreeMap::new();
+        let mut list = js.streams();
+        while let Some(info) = list.next().await {
+            let info = info.expect("info");
+            out.insert(info.config.name.clone(), info.config.max_age);
+        }
+        out
+    });
+    for node in ["numbers", "same", "pair", "sink"] {
+        assert_eq!(
+            ages[&naming::stream_name("aged", "r1", node)],
+            Duration::from_secs(7200),
+            "{node}"
+        );
+        assert_eq!(
+            ages[&naming::stream_name("plain", "r1", node)],
+            Duration::ZERO,
+            "{node}"
+        );
+    }
+    assert_eq!(
+        ages[&naming::dlq_stream_name("aged")],
+        Duration::from_secs(604_800)
+    );
+    env.insert("VF_STREAM_MAX_AGE_SECONDS".into(), "60".into());
+    let out = run("provision", &env);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("VF_STREAM_MAX_AGE_SECONDS=60"), "{err}");
+}
+
 #[test]
 fn adm_1_explicit_reliable_work_on_a_realtime_channel_exits_2_and_creates_nothing() {
     let nats = NatsServer::start().expect("nats-server");
@@ -294,6 +342,72 @@ fn adm_2_store_6_config_denied_runtime_store_with_explicit_durable_request_exits
         streams.is_empty(),
         "refused before creating anything: {streams:?}"
     );
+}
+
+/// ADM-2 with a run ledger that refuses the job's password: the Flow asked for restart
+/// safety, so the unobservable ledger refuses the run (exit 3) before anything is created,
+/// naming the store without its password and the fix for refused credentials.
+#[test]
+fn adm_2_store_6_restart_safe_with_a_ledger_refusing_its_password_exits_3_with_the_fix() {
+    let nats = NatsServer::start().expect("nats-server");
+    let redis = RedisServer::start_with(&["--requirepass", "right-Pa55", "--appendonly", "yes"])
+        .expect("redis");
+    let flow = flow("batch", "auth");
+    let mut env = job_env(&flow, &nats.url());
+    env.insert(
+        "VF_RUNTIME_STORE_URL".into(),
+        format!("redis://:wrong-Pa55@127.0.0.1:{}/0", redis.port()),
+    );
+    env.insert(
+        "VF_PROFILE_REQUESTS_JSON".into(),
+        r#"[{"channel": "same", "profile": "reliable_work", "options": {"restart_safe": true}}]"#
+            .into(),
+    );
+    let out = run("provision", &env);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("ERROR [VF_STATE_UNKNOWN]"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "restart_safe: runtime store durability could not be observed (auth: redis://:***@127.0.0.1:{}/0: credentials refused",
+            redis.port()
+        )),
+        "names the store and why: {err}"
+    );
+    assert!(
+        err.contains("put the password (and user) it requires into VF_RUNTIME_STORE_URL"),
+        "the fix: {err}"
+    );
+    assert!(!err.contains("wrong-Pa55"), "no secret: {err}");
+    let (streams, _) = inventory(&nats.url());
+    assert!(streams.is_empty(), "nothing created: {streams:?}");
+}
+
+/// Without an explicit request that needs the ledger, the run goes on (ADM-2: unobservable
+/// is a warning then) — but the job says the ledger is off, and why, and how to fix it.
+#[test]
+fn adm_2_store_6_a_ledger_refusing_its_password_is_a_warning_without_requests() {
+    let nats = NatsServer::start().expect("nats-server");
+    let redis = RedisServer::start_with(&["--requirepass", "right-Pa55"]).expect("redis");
+    let flow = flow("batch", "warn");
+    let mut env = job_env(&flow, &nats.url());
+    env.insert(
+        "VF_RUNTIME_STORE_URL".into(),
+        format!("redis://:wrong-Pa55@127.0.0.1:{}/0", redis.port()),
+    );
+    let out = run("provision", &env);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let warning = err
+        .lines()
+        .find(|l| l.starts_with("WARNING: provision: the run ledger (VF_RUNTIME_STORE_URL, redis)"))
+        .unwrap_or_else(|| panic!("a warning: {err}"));
+    assert!(warning.contains("credentials refused"), "{warning}");
+    assert!(
+        warning.contains("retries capped by the broker"),
+        "{warning}"
+    );
+    assert!(!err.contains("wrong-Pa55"), "no secret: {err}");
 }
 
 #[test]
@@ -379,6 +493,191 @@ fn stream_9_14_teardown_deletes_only_this_runs_objects_and_keeps_the_dlq() {
     // Teardown again: nothing of the run left, still a complete cleanup.
     let again = run("teardown", &env);
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+}
+
+/// Records of three runs in one run ledger: `td`/`r1` (the one torn down), `td`/`r1-x` (a
+/// run whose id extends it), `td2`/`r1` (another flow), plus a key `vf/td/r1` that is no
+/// run's record. Keys and logs alike.
+fn seed_ledger(url: &str) {
+    rt().block_on(async {
+        // A store per runtime: its connections live on the runtime that made them.
+        let store = RuntimeStore::open(url).expect("store");
+        for run in ["vf/td/r1/", "vf/td/r1-x/", "vf/td2/r1/"] {
+            for key in [
+                "same/terminator/numbers/r0/eos",
+                "sink/outbox/0123abcd",
+                "same/epoch/same/p0",
+            ] {
+                assert!(
+                    store
+                        .cas(&format!("{run}{key}"), None, b"{}")
+                        .await
+                        .expect("cas")
+                );
+            }
+            for log in [
+                "same/received/numbers/same--from--numbers/r0",
+                "sink/terminal",
+            ] {
+                store
+                    .append_all(&format!("{run}{log}"), vec![b"a".to_vec(), b"b".to_vec()])
+                    .await
+                    .expect("append");
+            }
+        }
+        assert!(store.cas("vf/td/r1", None, b"{}").await.expect("cas"));
+    });
+}
+
+/// What is left in the ledger: (keys, non-empty logs) under `vf/`.
+fn ledger_left(url: &str) -> (Vec<String>, Vec<String>) {
+    rt().block_on(async {
+        let store = RuntimeStore::open(url).expect("store");
+        let keys: Vec<String> = store
+            .scan("vf/")
+            .await
+            .expect("scan")
+            .into_iter()
+            .map(|(k, _, _)| k)
+            .collect();
+        let mut logs = Vec::new();
+        for run in ["vf/td/r1/", "vf/td/r1-x/", "vf/td2/r1/"] {
+            for log in [
+                "same/received/numbers/same--from--numbers/r0",
+                "sink/terminal",
+            ] {
+                let name = format!("{run}{log}");
+                if !store.log_entries(&name).await.expect("log").is_empty() {
+                    logs.push(name);
+                }
+            }
+        }
+        (keys, logs)
+    })
+}
+
+/// The run ledger's keys go with the run: `videoflow-worker teardown` deletes every key and
+/// log under `vf/td/r1/` and nothing of run `r1-x`, flow `td2` or the bare `vf/td/r1`.
+fn teardown_purges_the_runs_ledger(store_url: &str) {
+    let nats = NatsServer::start().expect("nats-server");
+    let out = run("provision", &job_env(&flow("batch", "td"), &nats.url()));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    seed_ledger(store_url);
+    let env = BTreeMap::from([
+        ("VF_NATS_URL".to_owned(), nats.url()),
+        ("VF_FLOW_ID".to_owned(), "td".to_owned()),
+        ("VF_RUN_ID".to_owned(), "r1".to_owned()),
+        ("VF_RUNTIME_STORE_URL".to_owned(), store_url.to_owned()),
+    ]);
+    let out = run("teardown", &env);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("and 3 keys and 2 logs of the run ledger"),
+        "{err}"
+    );
+    let (keys, logs) = ledger_left(store_url);
+    assert!(
+        keys.iter().all(|k| !k.starts_with("vf/td/r1/")),
+        "run r1's keys are gone: {keys:?}"
+    );
+    assert_eq!(keys.len(), 7, "every other key stays: {keys:?}");
+    assert!(keys.contains(&"vf/td/r1".to_owned()), "{keys:?}");
+    assert_eq!(
+        logs,
+        vec![
+            "vf/td/r1-x/same/received/numbers/same--from--numbers/r0",
+            "vf/td/r1-x/sink/terminal",
+            "vf/td2/r1/same/received/numbers/same--from--numbers/r0",
+            "vf/td2/r1/sink/terminal",
+        ]
+    );
+    let (streams, _) = inventory(&nats.url());
+    assert!(
+        streams.keys().all(|s| !s.starts_with("vf-td-r1-")),
+        "and its streams: {streams:?}"
+    );
+    let again = run("teardown", &env);
+    let err = stderr(&again);
+    assert_eq!(again.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("and 0 keys and 0 logs of the run ledger"),
+        "{err}"
+    );
+}
+
+#[test]
+fn stream_9_teardown_deletes_the_runs_records_from_a_redis_run_ledger_and_no_others() {
+    let redis =
+        RedisServer::start_with(&["--appendonly", "yes", "--maxmemory-policy", "noeviction"])
+            .expect("redis");
+    teardown_purges_the_runs_ledger(&redis.url());
+    // Glob characters in a run id are matched literally: run `r*` is not every run.
+    rt().block_on(async {
+        let store = RuntimeStore::open(&redis.url()).expect("store");
+        assert!(store.cas("vf/td/r*/n/k", None, b"{}").await.expect("cas"));
+        assert!(store.cas("vf/td/rz/n/k", None, b"{}").await.expect("cas"));
+        let purged = store.purge("vf/td/r*/").await.expect("purge");
+        assert_eq!((purged.keys, purged.logs), (1, 0));
+        assert!(store.get("vf/td/rz/n/k").await.expect("get").is_some());
+    });
+}
+
+#[test]
+fn stream_9_teardown_deletes_the_runs_records_from_a_file_run_ledger_and_no_others() {
+    let dir = std::env::temp_dir().join(format!("vf-td-ledger-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let url = format!("file://{}", dir.display());
+    std::fs::create_dir_all(&dir).expect("dir");
+    // A temporary file a crash left behind belongs to its key.
+    std::fs::write(
+        dir.join("vf%2Ftd%2Fr1%2Fsink%2Foutbox%2F0123abcd.json.tmp"),
+        b"{",
+    )
+    .expect("tmp");
+    teardown_purges_the_runs_ledger(&url);
+    let files: Vec<String> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        files.iter().all(|f| !f.contains("vf%2Ftd%2Fr1%2F")),
+        "no document, log, lock or temporary file of run r1: {files:?}"
+    );
+    assert!(
+        files
+            .iter()
+            .any(|f| f.starts_with("vf%2Ftd%2Fr1-x%2F") && f.ends_with(".json.lock")),
+        "another run's locks stay: {files:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Ids with `/` make `vf/{flow}/{run}/` ambiguous (flow `a`, run `b/c` vs flow `a/b`, run
+/// `c`): the teardown leaves the ledger alone and reports an incomplete cleanup naming why.
+#[test]
+fn stream_9_a_run_id_with_a_slash_leaves_the_ledger_and_says_so() {
+    let nats = NatsServer::start().expect("nats-server");
+    let redis = RedisServer::start().expect("redis");
+    rt().block_on(async {
+        let store = RuntimeStore::open(&redis.url()).expect("store");
+        assert!(store.cas("vf/a/b/c/n/k", None, b"{}").await.expect("cas"));
+    });
+    let env = BTreeMap::from([
+        ("VF_NATS_URL".to_owned(), nats.url()),
+        ("VF_FLOW_ID".to_owned(), "a".to_owned()),
+        ("VF_RUN_ID".to_owned(), "b/c".to_owned()),
+        ("VF_RUNTIME_STORE_URL".to_owned(), redis.url()),
+    ]);
+    let out = run("teardown", &env);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("contain '/'"), "{err}");
+    rt().block_on(async {
+        let store = RuntimeStore::open(&redis.url()).expect("store");
+        assert!(store.get("vf/a/b/c/n/k").await.expect("get").is_some());
+    });
 }
 
 #[test]

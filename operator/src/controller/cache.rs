@@ -9,20 +9,29 @@
 //! sees it. ScaledObjects are not watched (KEDA may be absent) and stay a LIST, only for
 //! Flows that may own some.
 //!
-//! What a store keeps is trimmed to what the reconciler reads: no `managedFields` on any
-//! object, no data in ConfigMaps (only their names, labels and applied-hash annotations
-//! matter), no pod template in workloads (the applied-hash annotation stands for it; only
-//! replicas, parallelism and status are read) and no pod spec (only labels and status are
-//! read). That keeps the operator's memory proportional to the number of children, not to
-//! their size.
+//! What a store keeps is trimmed to what the reconciler reads: of every object's metadata
+//! no `managedFields`, no annotation but the applied-hash one, no owner reference but the
+//! controller's (pruning compares its uid), no finalizers; no data in ConfigMaps (only their
+//! names, labels and applied-hash annotations matter), no pod template in workloads (the
+//! applied-hash annotation stands for it; only replicas, parallelism and status are read) and
+//! no conditions in Deployment or StatefulSet status (only replica counts are read); of a pod
+//! only its identity, the operator's own labels, its `PodScheduled=False` condition and each
+//! container's name, readiness, restart count, state and last state (what the status and the
+//! termination reports read). That keeps the operator's memory proportional to the number of
+//! children, not to their size; the scale bench in docs/PERFORMANCE.md measured it.
 
 use std::fmt::Debug;
 
 use futures::{FutureExt, Stream};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ContainerStatus, Pod, PodCondition, PodStatus, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -30,7 +39,7 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::error::ReconcileError;
-use super::observe::Observed;
+use super::observe::{APPLIED_HASH_ANNOTATION, Observed};
 use crate::render::labels::{LABEL_FLOW, LABEL_MANAGED_BY, MANAGED_BY, label_value};
 
 /// One store per watched owned kind.
@@ -69,7 +78,7 @@ where
     let stream = watcher(api, config)
         .default_backoff()
         .modify(move |o| {
-            o.managed_fields_mut().clear();
+            trim_metadata(o.meta_mut());
             trim(o);
         })
         .reflect(writer)
@@ -77,7 +86,25 @@ where
     (store, stream)
 }
 
-/// Nothing to trim beyond `managedFields`.
+/// What every cached child keeps of its metadata: identity, labels, the applied-hash
+/// annotation, the controller owner reference, creation and deletion times.
+pub fn trim_metadata(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    meta.finalizers = None;
+    meta.generate_name = None;
+    meta.self_link = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.retain(|k, _| k == APPLIED_HASH_ANNOTATION);
+    }
+    if meta.annotations.as_ref().is_some_and(BTreeMap::is_empty) {
+        meta.annotations = None;
+    }
+    if let Some(owners) = meta.owner_references.as_mut() {
+        owners.retain(|o| o.controller == Some(true));
+    }
+}
+
+/// Nothing to trim beyond the metadata.
 pub fn keep<K>(_: &mut K) {}
 
 /// ConfigMaps are kept without their data.
@@ -86,18 +113,24 @@ pub fn without_data(cm: &mut ConfigMap) {
     cm.binary_data = None;
 }
 
-/// Deployments are kept without their pod template.
+/// Deployments are kept without their pod template and status conditions.
 pub fn deployment_without_template(d: &mut Deployment) {
     if let Some(spec) = d.spec.as_mut() {
         spec.template = Default::default();
     }
+    if let Some(status) = d.status.as_mut() {
+        status.conditions = None;
+    }
 }
 
-/// StatefulSets are kept without their pod template.
+/// StatefulSets are kept without their pod template and status conditions.
 pub fn stateful_set_without_template(s: &mut StatefulSet) {
     if let Some(spec) = s.spec.as_mut() {
         spec.template = Default::default();
         spec.volume_claim_templates = None;
+    }
+    if let Some(status) = s.status.as_mut() {
+        status.conditions = None;
     }
 }
 
@@ -108,9 +141,57 @@ pub fn job_without_template(j: &mut Job) {
     }
 }
 
-/// Pods are kept without their spec.
-pub fn pod_without_spec(p: &mut Pod) {
+/// Pods are kept as what the status and the termination reports read: identity, the
+/// operator's own labels (the kubelet's and controllers' are not selected on), the
+/// `PodScheduled=False` condition, and each container's name, readiness, restart count, state
+/// and last state (the termination record is in the terminated state's message). No spec.
+pub fn pod_for_status(p: &mut Pod) {
+    let meta = std::mem::take(&mut p.metadata);
+    let labels = meta.labels.map(|labels| {
+        labels
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("videoflow.io/") || k.starts_with("app.kubernetes.io/"))
+            .collect()
+    });
+    p.metadata = ObjectMeta {
+        name: meta.name,
+        namespace: meta.namespace,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        labels,
+        deletion_timestamp: meta.deletion_timestamp,
+        ..ObjectMeta::default()
+    };
     p.spec = None;
+    p.status = p.status.take().map(|status| {
+        let containers = |list: Option<Vec<ContainerStatus>>| {
+            list.map(|list| {
+                list.into_iter()
+                    .map(|c| ContainerStatus {
+                        name: c.name,
+                        ready: c.ready,
+                        restart_count: c.restart_count,
+                        state: c.state,
+                        last_state: c.last_state,
+                        ..ContainerStatus::default()
+                    })
+                    .collect()
+            })
+        };
+        let unschedulable: Vec<PodCondition> = status
+            .conditions
+            .into_iter()
+            .flatten()
+            .filter(|c| c.type_ == "PodScheduled" && c.status == "False")
+            .collect();
+        PodStatus {
+            phase: status.phase,
+            conditions: (!unschedulable.is_empty()).then_some(unschedulable),
+            init_container_statuses: containers(status.init_container_statuses),
+            container_statuses: containers(status.container_statuses),
+            ..PodStatus::default()
+        }
+    });
 }
 
 /// Whether `store` has its first list, without waiting: a reconcile must not wait for a
@@ -265,6 +346,100 @@ mod tests {
         };
         without_data(&mut cm);
         assert!(cm.data.is_none());
+    }
+
+    /// A pod as kwok (or a kubelet) reports it, with a worker's JSON termination record and
+    /// an unschedulable replica: what the trimmed copy keeps gives the same termination
+    /// observations, restarts and unschedulable condition as the whole pod.
+    #[test]
+    fn a_trimmed_pod_reads_the_same_as_the_whole_pod() {
+        use crate::controller::termination::observe_pod;
+        let record = r#"{"code":"VF_BROKER_UNAVAILABLE","message":"m","exit_code":3}"#;
+        let full: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "vf-f-r-det-abc", "namespace": "a", "uid": "u", "resourceVersion": "7",
+                "generateName": "vf-f-r-det-",
+                "labels": {"app.kubernetes.io/managed-by": "videoflow-operator", "videoflow.io/flow": "f",
+                           "videoflow.io/run": "r", "videoflow.io/node": "det", "pod-template-hash": "abc"},
+                "annotations": {"kwok.x-k8s.io/node": "fake", "testenv.videoflow.io/exit-code": "3"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "o", "controller": true}],
+                "finalizers": ["x"]
+            },
+            "spec": {"containers": [{"name": "worker", "image": "w"}]},
+            "status": {
+                "phase": "Running", "hostIP": "10.0.0.1", "podIP": "10.1.0.1", "qosClass": "Burstable",
+                "startTime": "2030-01-01T00:00:00Z",
+                "conditions": [
+                    {"type": "Ready", "status": "False"},
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                     "message": "0/1 nodes", "lastTransitionTime": "2030-01-01T00:00:00Z"}
+                ],
+                "containerStatuses": [{
+                    "name": "worker", "image": "w", "imageID": "sha256:1", "containerID": "c://1",
+                    "ready": false, "restartCount": 4, "started": false,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+                    "lastState": {"terminated": {"exitCode": 3, "reason": "Error", "message": record,
+                                                 "finishedAt": "2030-01-01T00:01:00Z"}}
+                }]
+            }
+        }))
+        .expect("pod");
+        let mut trimmed = full.clone();
+        trim_metadata(&mut trimmed.metadata);
+        pod_for_status(&mut trimmed);
+        assert_eq!(observe_pod(&trimmed), observe_pod(&full));
+        assert!(!observe_pod(&trimmed).is_empty());
+        let status = trimmed.status.as_ref().expect("status");
+        assert_eq!(
+            status
+                .container_statuses
+                .as_ref()
+                .map(|c| c[0].restart_count),
+            Some(4)
+        );
+        assert_eq!(
+            status.conditions.as_ref().map(|c| c[0].reason.clone()),
+            Some(Some("Unschedulable".to_owned()))
+        );
+        assert_eq!(flow_label(&trimmed), Some("f"));
+        assert!(trimmed.spec.is_none() && trimmed.metadata.owner_references.is_none());
+        assert!(trimmed.metadata.annotations.is_none());
+        assert!(!trimmed.labels().contains_key("pod-template-hash"));
+        assert!(
+            status.host_ip.is_none()
+                && status
+                    .container_statuses
+                    .as_ref()
+                    .is_some_and(|c| c[0].image.is_empty())
+        );
+    }
+
+    fn flow_label(p: &Pod) -> Option<&str> {
+        p.labels().get(LABEL_FLOW).map(String::as_str)
+    }
+
+    /// Children keep only the annotation and owner reference the reconciler reads.
+    #[test]
+    fn child_metadata_keeps_the_applied_hash_and_the_controller() {
+        let mut meta: ObjectMeta = serde_json::from_value(serde_json::json!({
+            "name": "x",
+            "annotations": {APPLIED_HASH_ANNOTATION: "h", "deployment.kubernetes.io/revision": "2"},
+            "ownerReferences": [
+                {"apiVersion": "v", "kind": "Flow", "name": "f", "uid": "flow-uid", "controller": true},
+                {"apiVersion": "v", "kind": "Other", "name": "o", "uid": "other"}
+            ],
+            "finalizers": ["f"]
+        }))
+        .expect("meta");
+        trim_metadata(&mut meta);
+        assert_eq!(
+            meta.annotations,
+            Some([(APPLIED_HASH_ANNOTATION.to_owned(), "h".to_owned())].into())
+        );
+        let owners = meta.owner_references.expect("owners");
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].uid, "flow-uid");
+        assert!(meta.finalizers.is_none());
     }
 
     /// A store still waiting for its first list makes the read fall back (None) at once,

@@ -52,7 +52,7 @@ use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 
 use cache::{
-    Stores, deployment_without_template, job_without_template, keep, pod_without_spec, reflected,
+    Stores, deployment_without_template, job_without_template, keep, pod_for_status, reflected,
     stateful_set_without_template, without_data,
 };
 use kube::runtime::utils::PredicateConfig;
@@ -67,6 +67,9 @@ pub use status::StatusConfig;
 
 use crate::crd::Flow;
 use crate::render::labels::{LABEL_FLOW, LABEL_MANAGED_BY, MANAGED_BY};
+
+/// The annotation `kubectl apply` (client side) keeps the whole last-applied object in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// How the Controller runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,7 +120,13 @@ pub async fn run(
     let (flows, writer) = reflector::store();
     let trigger = watcher(api::<Flow>(&client, ns), watcher::Config::default())
         .default_backoff()
-        .modify(|f| f.managed_fields_mut().clear())
+        .modify(|f| {
+            // Nothing reads them, and `kubectl apply`'s copy of the whole spec doubles a Flow.
+            f.managed_fields_mut().clear();
+            if let Some(a) = f.metadata.annotations.as_mut() {
+                a.remove(LAST_APPLIED);
+            }
+        })
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicates::generation, PredicateConfig::default());
@@ -138,7 +147,7 @@ pub async fn run(
     let (services, service_events) = reflected(api::<Service>(&client, ns), owned.clone(), keep);
     let (pdbs, pdb_events) =
         reflected(api::<PodDisruptionBudget>(&client, ns), owned.clone(), keep);
-    let (pods, pod_events) = reflected(api::<Pod>(&client, ns), owned, pod_without_spec);
+    let (pods, pod_events) = reflected(api::<Pod>(&client, ns), owned, pod_for_status);
     ctx.set_stores(Some(Stores {
         config_maps,
         jobs,

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
@@ -265,7 +266,8 @@ async fn json_patch(
         .map_err(|e| ReconcileError::kube(action, format!("Flow/{name}"), e))
 }
 
-/// The Flow is being deleted: stop the run, tear its streams down, release the Flow.
+/// The Flow is being deleted: stop the run, tear down every run it still has outside
+/// Kubernetes, release the Flow.
 async fn cleanup(
     flow: &Flow,
     ctx: &Context,
@@ -277,75 +279,167 @@ async fn cleanup(
         ctx.metrics.set_phase(&key, None);
         return Ok(Action::await_change());
     }
-    let rendered = match render(flow, &ctx.render) {
-        Ok(rendered) => rendered,
-        Err(e) => {
-            return release(
-                ctx,
-                flow,
-                name,
-                ns,
-                TeardownOutcome::Unrenderable(e.to_string()),
-            )
-            .await;
-        }
+    let status_run = flow.status.as_ref().and_then(|s| s.run_id.clone());
+    let rendered = render(flow, &ctx.render);
+    // An unrenderable Flow's teardown comes from its run's provisioning Job, whose pod
+    // template the caches do not keep: read the children from the API server then.
+    let mut observed = match &rendered {
+        Ok(_) => read_children(ctx, ns, name).await?,
+        Err(_) => observe(&ctx.client, ns, name).await?,
     };
-    let mut observed = read_children(ctx, ns, name).await?;
     if may_own_scalers(flow) {
         observed.scaled_objects = scaled_objects(&ctx.client, ns, name).await?;
     }
+    // The teardown Jobs this deletion applies: the rendered run's and, when the move away
+    // from `status.runId` never finished, that run's too; for an unrenderable Flow, its
+    // run's, from the provisioning Job.
+    let wanted: Vec<(String, Job)> = match &rendered {
+        Ok(r) => {
+            let mut jobs = vec![(r.run_id.clone(), teardown_job(r))];
+            if let Some(run) = status_run.as_deref().filter(|run| *run != r.run_id) {
+                jobs.push((run.to_owned(), teardown::retired_run_teardown_job(r, run)));
+            }
+            jobs
+        }
+        Err(e) => {
+            let derived = status_run.as_deref().and_then(|run| {
+                observed
+                    .jobs
+                    .iter()
+                    .find(|j| teardown::is_provisioning_of(j, run))
+                    .and_then(|p| teardown::teardown_job_from_provisioning(p, name, run))
+                    .map(|job| (run.to_owned(), job))
+            });
+            let existing = status_run.as_deref().and_then(|run| {
+                let job_name = videoflow_core::naming::run_object_name(name, run, &["teardown"]);
+                observed
+                    .job(&job_name)
+                    .cloned()
+                    .map(|job| (run.to_owned(), job))
+            });
+            match derived.or(existing) {
+                Some(found) => vec![found],
+                None => {
+                    return release(
+                        ctx,
+                        flow,
+                        name,
+                        ns,
+                        &[],
+                        TeardownOutcome::Unrenderable(e.to_string()),
+                    )
+                    .await;
+                }
+            }
+        }
+    };
+    let job_name = |j: &Job| j.metadata.name.clone().unwrap_or_default();
     // Stop the run first, so no worker is still publishing while its streams go away. The
-    // specs ConfigMap stays: the teardown pod mounts it.
+    // specs ConfigMap stays (the teardown pod mounts it), so do teardown Jobs, and so does a
+    // provisioning Job whose run's teardown Job is derived from it and not applied yet.
+    let sources: Vec<String> = if rendered.is_err() {
+        wanted
+            .iter()
+            .filter(|(_, j)| observed.job(&job_name(j)).is_none())
+            .flat_map(|(run, _)| {
+                observed
+                    .jobs
+                    .iter()
+                    .filter(|p| teardown::is_provisioning_of(p, run))
+                    .map(job_name)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     for c in observed.children() {
         let keep = c.kind == "ConfigMap"
             || c.deleting
-            || c.component.as_deref() == Some(TEARDOWN_COMPONENT);
+            || c.component.as_deref() == Some(TEARDOWN_COMPONENT)
+            || (c.kind == "Job" && sources.contains(&c.name));
         if !keep {
             apply::delete_child(&ctx.client, ns, &c).await?;
             observed.forget(c.kind, &c.name);
         }
     }
-    let job = teardown_job(&rendered);
-    let job_name = job.metadata.name.clone().unwrap_or_default();
+    // Teardown Jobs of runs the Flow moved away from earlier, still there: waited for, so the
+    // garbage collector does not cut them short when the finalizer goes.
+    let wanted_names: Vec<String> = wanted.iter().map(|(_, j)| job_name(j)).collect();
+    let earlier: Vec<(String, &Job)> = observed
+        .jobs
+        .iter()
+        .filter(|j| teardown::is_teardown(j) && !wanted_names.contains(&job_name(j)))
+        .map(|j| (run_label(j), j))
+        .collect();
+    let mut jobs: Vec<(&str, Option<&Job>)> = wanted
+        .iter()
+        .map(|(run, j)| (run.as_str(), observed.job(&job_name(j))))
+        .collect();
+    jobs.extend(earlier.iter().map(|(run, j)| (run.as_str(), Some(*j))));
+    let runs: Vec<String> = jobs.iter().map(|(run, _)| (*run).to_owned()).collect();
     let deleting_since = flow.metadata.deletion_timestamp.as_ref().map(|t| t.0);
-    match teardown_step(observed.job(&job_name), deleting_since, ctx.now()) {
+    match teardown_step(&jobs, deleting_since, ctx.now()) {
         TeardownStep::Start => {
-            let d = apply::desired(&Object::Job(&job), Stage::Prepare)?;
-            apply::apply_one(&ctx.client, ns, &d).await?;
+            for (_, job) in wanted
+                .iter()
+                .filter(|(_, j)| observed.job(&job_name(j)).is_none())
+            {
+                let d = apply::desired(&Object::Job(job), Stage::Prepare)?;
+                apply::apply_one(&ctx.client, ns, &d).await?;
+            }
             Ok(Action::requeue(Duration::from_secs(60)))
         }
         TeardownStep::Wait(delay) => Ok(Action::requeue(delay)),
-        TeardownStep::Release(outcome) => release(ctx, flow, name, ns, outcome).await,
+        TeardownStep::Release(outcome) => release(ctx, flow, name, ns, &runs, outcome).await,
     }
 }
 
-/// Ends the deletion: an event saying how the teardown went, then the finalizer goes.
+/// The run a teardown Job tears down, from its label (label values are the raw id when it
+/// fits, which every run id the operator renders does).
+fn run_label(job: &Job) -> String {
+    job.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(crate::render::labels::LABEL_RUN))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Ends the deletion: an event saying how the teardown of `runs` went, then the finalizer
+/// goes.
 async fn release(
     ctx: &Context,
     flow: &Flow,
     name: &str,
     ns: &str,
+    runs: &[String],
     outcome: TeardownOutcome,
 ) -> Result<Action, ReconcileError> {
-    let run = flow
-        .status
-        .as_ref()
-        .and_then(|s| s.run_id.clone())
-        .unwrap_or_else(|| "(unknown)".to_owned());
+    let runs = if runs.is_empty() {
+        flow.status
+            .as_ref()
+            .and_then(|s| s.run_id.clone())
+            .unwrap_or_else(|| "(unknown)".to_owned())
+    } else {
+        runs.join(", ")
+    };
     let leftover = format!(
-        "the streams of run {run} may remain; remove them with `videoflow-worker teardown` \
-         (VF_FLOW_ID={name}, VF_RUN_ID={run}) once the broker is reachable"
+        "the streams and run-ledger records of run {runs} may remain; remove them with \
+         `videoflow-worker teardown` (VF_FLOW_ID={name}, VF_RUN_ID=<run>, the broker and \
+         VF_RUNTIME_STORE_URL) once the broker is reachable"
     );
     let t = match outcome {
         TeardownOutcome::Done => Transition {
             warning: false,
             reason: "TornDown".to_owned(),
-            note: format!("the streams and durables of run {run} were deleted"),
+            note: format!(
+                "the streams, durables and run-ledger records of run {runs} were deleted"
+            ),
         },
         TeardownOutcome::Failed(why) => Transition {
             warning: true,
             reason: "TeardownFailed".to_owned(),
-            note: format!("the teardown Job failed ({why}); {leftover}"),
+            note: format!("a teardown Job failed ({why}); {leftover}"),
         },
         TeardownOutcome::TimedOut => Transition {
             warning: true,
@@ -358,7 +452,10 @@ async fn release(
         TeardownOutcome::Unrenderable(why) => Transition {
             warning: true,
             reason: "TeardownSkipped".to_owned(),
-            note: format!("the Flow cannot be rendered ({why}); {leftover}"),
+            note: format!(
+                "the Flow cannot be rendered ({why}) and its run's provisioning Job is gone; \
+                 {leftover}"
+            ),
         },
     };
     publish(&ctx.recorder, flow, &t).await;

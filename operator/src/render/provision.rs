@@ -27,12 +27,13 @@ pub const SPECS_DIR: &str = "/etc/videoflow";
 /// The flow-scoped variables of the core environment that provisioning needs: identity,
 /// broker and stores. Taken from a node's rendered environment so URL precedence and
 /// Secret references follow the one renderer.
-const PROVISION_ENV: [&str; 7] = [
+const PROVISION_ENV: [&str; 8] = [
     "VF_FLOW_ID",
     "VF_RUN_ID",
     "VF_FLOW_TYPE",
     "VF_NATS_URL",
     "VF_STREAM_REPLICAS",
+    "VF_STREAM_MAX_AGE_SECONDS",
     "VF_BLOB_REDIS_URL",
     "VF_RUNTIME_STORE_URL",
 ];

@@ -59,6 +59,12 @@ pub struct ProcessFigures {
     pub rss_kib: u64,
     /// Peak resident memory, KiB (`VmHWM`).
     pub peak_rss_kib: u64,
+    /// Of the resident memory: anonymous (heap, stacks), KiB (`RssAnon`).
+    pub rss_anon_kib: u64,
+    /// Of the resident memory: file-backed (the binary's code and data), KiB (`RssFile`).
+    pub rss_file_kib: u64,
+    /// Threads (`Threads`).
+    pub threads: u64,
     /// Its `/metrics` text.
     pub metrics: String,
 }
@@ -225,6 +231,9 @@ impl World {
         Ok(ProcessFigures {
             rss_kib: kib("VmRSS:"),
             peak_rss_kib: kib("VmHWM:"),
+            rss_anon_kib: kib("RssAnon:"),
+            rss_file_kib: kib("RssFile:"),
+            threads: kib("Threads:"),
             metrics,
         })
     }

@@ -47,8 +47,8 @@ pub use error::{BrokerError, ResourceKind};
 pub use held::keepalive_period;
 pub use publish::{InFlight, Publication, PublishMode, PublishOutcome, Publisher};
 pub use streams::{
-    EnsureAction, EnsuredStream, StreamRequest, ensure_dlq_stream, ensure_node_stream,
-    ensure_stream,
+    EnsureAction, EnsuredStream, StreamRequest, ensure_aged_node_stream, ensure_dlq_stream,
+    ensure_node_stream, ensure_stream,
 };
 pub use subscription::{
     Admission, AdmissionFilter, Admit, Inbox, InboxConfig, SkipHook, SubscriptionSpec,

@@ -42,7 +42,8 @@ pub struct StreamRequest {
     pub discard: DiscardPolicy,
     /// Message cap.
     pub max_msgs: Option<i64>,
-    /// Age cap (DLQ only).
+    /// Age cap: the DLQ's 7 days; a node stream's only when the Flow asks for one
+    /// (`VF_STREAM_MAX_AGE_SECONDS`, [`StreamRequest::with_max_age`]).
     pub max_age: Option<Duration>,
     /// Duplicate window (node streams).
     pub duplicate_window: Option<Duration>,
@@ -102,6 +103,16 @@ impl StreamRequest {
                 (naming::LABEL_KIND.to_owned(), "stream".to_owned()),
             ]),
         }
+    }
+
+    /// The same request with an age bound (`max_age`), requested and read back like every
+    /// other field. An extension of STREAM-2/3: a 1.0.4 worker, which ensures its own and its
+    /// parents' streams without one, updates the bound away (STREAM-7), and ours puts it back
+    /// when it starts (docs/COMPATIBILITY.md D19).
+    #[must_use]
+    pub fn with_max_age(mut self, max_age: Option<Duration>) -> Self {
+        self.max_age = max_age;
+        self
     }
 
     /// The flow's DLQ stream (STREAM-8; labels flow-id and kind `dlq` only, so no run's
@@ -320,7 +331,25 @@ pub async fn ensure_node_stream(
     realtime: bool,
     stream_replicas: Option<i64>,
 ) -> Result<EnsuredStream, BrokerError> {
-    let request = StreamRequest::node(flow, run, node, realtime, stream_replicas);
+    ensure_aged_node_stream(broker, flow, run, node, realtime, stream_replicas, None).await
+}
+
+/// [`ensure_node_stream`] with the Flow's age bound (`VF_STREAM_MAX_AGE_SECONDS`), as the
+/// provisioner and every worker of the Flow ensure them.
+///
+/// # Errors
+/// As [`ensure_stream`].
+pub async fn ensure_aged_node_stream(
+    broker: &Broker,
+    flow: &str,
+    run: &str,
+    node: &str,
+    realtime: bool,
+    stream_replicas: Option<i64>,
+    max_age: Option<Duration>,
+) -> Result<EnsuredStream, BrokerError> {
+    let request =
+        StreamRequest::node(flow, run, node, realtime, stream_replicas).with_max_age(max_age);
     ensure_stream(broker, &request).await
 }
 
@@ -355,6 +384,15 @@ mod tests {
         assert_eq!(batch.max_msgs, Some(10_000));
         assert_eq!(batch.num_replicas, Some(3));
         assert_eq!(batch.metadata.len(), 4);
+        assert_eq!(batch.max_age, None, "STREAM-3 has no age bound");
+        let aged = batch.with_max_age(Some(Duration::from_secs(3600)));
+        assert_eq!(aged.to_config().max_age, Duration::from_secs(3600));
+        let mut got = aged.to_config();
+        got.max_age = Duration::ZERO;
+        assert_eq!(
+            aged.mismatches(&got),
+            vec!["max_age: requested 3600, effective 0.0"]
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use videoflow_core::compile::{CompiledFlow, NodeSpec};
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::model::FlowType;
 
-use super::read::{bounded_seconds, py_int};
+use super::read::{bounded_seconds, py_int, stream_max_age};
 use super::worker::{ProfileRequest, admission_timeout_from, profile_requests_from};
 
 /// Default `VF_FLOW_SPECS_PATH`.
@@ -28,6 +28,8 @@ pub struct JobConfig {
     pub max_retries: Option<i64>,
     /// `VF_STREAM_REPLICAS`.
     pub stream_replicas: Option<i64>,
+    /// `VF_STREAM_MAX_AGE_SECONDS`: the age bound on every node stream.
+    pub stream_max_age: Option<Duration>,
     /// `VF_BLOB_REDIS_URL`.
     pub blob_url: Option<String>,
     /// `VF_RUNTIME_STORE_URL` (empty ⇒ memory).
@@ -115,6 +117,7 @@ impl JobConfig {
             nats_url: required(vars, "VF_NATS_URL")?.to_owned(),
             max_retries: optional_int(vars, "VF_MAX_RETRIES")?,
             stream_replicas: optional_int(vars, "VF_STREAM_REPLICAS")?.filter(|n| *n > 1),
+            stream_max_age: stream_max_age(optional_int(vars, "VF_STREAM_MAX_AGE_SECONDS")?)?,
             blob_url: vars
                 .get("VF_BLOB_REDIS_URL")
                 .filter(|v| !v.is_empty())
@@ -161,10 +164,13 @@ pub struct TeardownConfig {
     pub run_id: String,
     /// `VF_ADMISSION_TIMEOUT_SECONDS` (default 60 s): bounds the connect.
     pub timeout: Duration,
+    /// `VF_RUNTIME_STORE_URL` (empty ⇒ memory, which holds nothing to delete): the run
+    /// ledger whose records go with the run.
+    pub runtime_store_url: String,
 }
 
 impl TeardownConfig {
-    /// Reads the four variables.
+    /// Reads the run, the broker, the run ledger and the timeout.
     ///
     /// # Errors
     /// `VF_CONFIG`: a required variable missing or empty, or a bad timeout.
@@ -186,6 +192,10 @@ impl TeardownConfig {
             flow_id: get("VF_FLOW_ID")?,
             run_id: get("VF_RUN_ID")?,
             timeout: bounded_seconds("VF_ADMISSION_TIMEOUT_SECONDS", timeout)?,
+            runtime_store_url: vars
+                .get("VF_RUNTIME_STORE_URL")
+                .cloned()
+                .unwrap_or_default(),
         })
     }
 }

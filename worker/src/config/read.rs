@@ -214,6 +214,36 @@ impl FloatRule {
     }
 }
 
+/// `VF_STREAM_MAX_AGE_SECONDS` (already read as an integer): the age bound on every node
+/// stream, `None` when unset.
+///
+/// # Errors
+/// `VF_CONFIG` naming the variable outside 120 ..= about 100 years (JetStream refuses an age
+/// below the streams' 120 s duplicate window).
+pub fn stream_max_age(raw: Option<i64>) -> Result<Option<Duration>, VfError> {
+    use videoflow_core::model::{MAX_STREAM_MAX_AGE_SECONDS, MIN_STREAM_MAX_AGE_SECONDS};
+    const VAR: &str = "VF_STREAM_MAX_AGE_SECONDS";
+    let Some(secs) = raw else {
+        return Ok(None);
+    };
+    match u64::try_from(secs) {
+        Ok(s) if (MIN_STREAM_MAX_AGE_SECONDS..=MAX_STREAM_MAX_AGE_SECONDS).contains(&secs) => {
+            Ok(Some(Duration::from_secs(s)))
+        }
+        _ => Err(config_error(
+            VAR,
+            Some(&secs.to_string()),
+            format!(
+                "{VAR}={secs} is outside {MIN_STREAM_MAX_AGE_SECONDS}..={MAX_STREAM_MAX_AGE_SECONDS} seconds: \
+                 JetStream refuses an age bound below the streams' 120 s duplicate window."
+            ),
+            format!(
+                "Set {VAR} to at least {MIN_STREAM_MAX_AGE_SECONDS}, or unset it for no age bound."
+            ),
+        )),
+    }
+}
+
 /// The longest span a seconds variable or parameter may name: about 100 years. Beyond it a
 /// [`Duration`] is no longer a meaningful wait and `Duration::from_secs_f64` would panic on
 /// the largest values (`1e300`) and on `inf`.

@@ -219,6 +219,9 @@ pub struct WorkerConfig {
     pub device: DeviceConfig,
     /// `VF_PREFETCH_BYTES`; `None` when unset or empty.
     pub prefetch_bytes: Option<i64>,
+    /// `VF_STREAM_MAX_AGE_SECONDS`: the age bound (`max_age`) this worker ensures on its own
+    /// stream and its parents', as the provisioner does; `None`: no age bound (STREAM-2/3).
+    pub stream_max_age: Option<std::time::Duration>,
     /// `VF_CREDIT_MESSAGES` (STREAM-15a): un-acked deliveries one replica of a single-parent
     /// node asks its durable for; `None` (unset, empty or < 1) is STREAM-15's `1 + prefetch`.
     pub credit_messages: Option<i64>,
@@ -338,6 +341,8 @@ impl WorkerConfig {
         let replica_slots = env.optional_int("VF_REPLICA_SLOTS")?.unwrap_or(nb_tasks);
         let health_port = env.int_or("VF_HEALTH_PORT", 0)?;
         let prefetch_bytes = env.optional_int("VF_PREFETCH_BYTES")?;
+        let stream_max_age =
+            super::read::stream_max_age(env.optional_int("VF_STREAM_MAX_AGE_SECONDS")?)?;
         let credit_messages = env.optional_int("VF_CREDIT_MESSAGES")?.filter(|n| *n > 0);
         let store_backpressure_seconds =
             STORE_BACKPRESSURE.parse(env.get("VF_STORE_BACKPRESSURE_SECONDS"))?;
@@ -394,6 +399,7 @@ impl WorkerConfig {
             store_backpressure_seconds,
             device,
             prefetch_bytes,
+            stream_max_age,
             credit_messages,
             structured_logs,
             node_params,

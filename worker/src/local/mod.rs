@@ -194,7 +194,7 @@ async fn run(opts: RunOptions, interrupt: StopFlag) -> Result<i32, VfError> {
     print_summary(&workers);
     let checks_ok = report_self_checks(&checks);
     if !opts.keep {
-        teardown(&broker, &flow).await;
+        teardown(&broker, &doc, &flow).await;
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(if interrupted {
@@ -566,10 +566,29 @@ fn exit_code(workers: &[Worker]) -> i32 {
 }
 
 /// Deletes the run's streams and consumers by owner metadata, keeping the flow-scoped DLQ
-/// (STREAM-9/14) — the same function as `videoflow-worker teardown`. An incomplete cleanup is
-/// reported, not hidden.
-async fn teardown(broker: &Broker, flow: &videoflow_core::compile::CompiledFlow) {
-    let cleanup = crate::teardown::teardown(broker, &flow.flow_id, &flow.run_id).await;
+/// (STREAM-9/14), and the run's records in its run ledger — the same function as
+/// `videoflow-worker teardown`. An incomplete cleanup is reported, not hidden.
+async fn teardown(
+    broker: &Broker,
+    doc: &FlowDocument,
+    flow: &videoflow_core::compile::CompiledFlow,
+) {
+    let ledger = doc
+        .spec
+        .runtime_store
+        .as_ref()
+        .and_then(|s| s.url.as_deref())
+        .map(crate::store::RuntimeStore::open);
+    let ledger = match ledger {
+        Some(Ok(store)) => Some(store),
+        Some(Err(e)) => {
+            eprintln!("{}", e.render());
+            None
+        }
+        None => None,
+    };
+    let cleanup =
+        crate::teardown::teardown(broker, &flow.flow_id, &flow.run_id, ledger.as_ref()).await;
     if let Err(e) = cleanup.into_result(&flow.flow_id, &flow.run_id) {
         eprintln!("{}", e.render());
     }

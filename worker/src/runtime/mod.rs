@@ -109,10 +109,17 @@ async fn start(env: &Environment, signals: &Signals) -> Result<i32, VfError> {
     // Step 7: the runtime store; a replica without an id claims a slot (ENV-5 step 3), then
     // the run ledger under the replica id it ends up with.
     let store = crate::store::RuntimeStore::open(&cfg.runtime_store_url)?;
-    let (cfg, slot) = crate::store::lease::claim_replica_slot(cfg, &store, &signals.stop).await?;
+    // STORE-6: read back once; an unreadable ledger counts as not durable, and says so.
+    let caps = store.capabilities().await;
+    if let Some(warning) = crate::store::unobserved::ledger_warning("VF_RUNTIME_STORE_URL", &caps) {
+        tracing::warn!(node = %cfg.node_name, "{warning}");
+    }
+    let (cfg, slot) =
+        crate::store::lease::claim_replica_slot(cfg, &store, &caps, &signals.stop).await?;
     let replica = u32::try_from(cfg.replica_id()).unwrap_or(0);
-    let ledger = RunLedger::open(
+    let ledger = RunLedger::open_with(
         store,
+        &caps,
         &cfg.flow_id,
         &cfg.run_id,
         &cfg.node_name,
@@ -125,13 +132,14 @@ async fn start(env: &Environment, signals: &Signals) -> Result<i32, VfError> {
     let broker = broker::connect(&cfg.nats_url).await?;
     let _control =
         broker::subscribe_control(&broker, &cfg.flow_id, &cfg.run_id, &signals.stop).await?;
-    broker::ensure_node_stream(
+    broker::ensure_aged_node_stream(
         &broker,
         &cfg.flow_id,
         &cfg.run_id,
         &cfg.node_name,
         cfg.is_realtime(),
         None,
+        cfg.stream_max_age,
     )
     .await?;
     let mut ctx = NodeContext::new(&cfg.flow_id, &cfg.run_id, &cfg.node_name, replica);
@@ -295,13 +303,14 @@ async fn build_loop<'a>(
     let mut group_cap = 0usize;
     let mut share = 0usize;
     for (i, parent) in cfg.parent_names.iter().enumerate() {
-        broker::ensure_node_stream(
+        broker::ensure_aged_node_stream(
             broker,
             &cfg.flow_id,
             &cfg.run_id,
             parent,
             cfg.is_realtime(),
             None,
+            cfg.stream_max_age,
         )
         .await?;
         let bound = broker::bind_data_durable(

@@ -24,9 +24,12 @@ use std::sync::Arc;
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::partition::py_repr_str;
 
-use super::kv::{ScanRow, Versioned};
+use super::kv::{Purged, ScanRow, Versioned};
 use commit::{Committer, Op};
-use disk::{decode, doc_path, key_lock_name, lock, log_path, read_doc, read_lines};
+use disk::{
+    StoreFile, classify, decode, doc_path, key_lock_name, lock, log_lock_name, log_path, read_doc,
+    read_lines,
+};
 
 /// The file store rooted at one directory. Clones share the writer thread.
 #[derive(Debug, Clone)]
@@ -271,6 +274,62 @@ impl FileStore {
             Ok(true)
         })
         .await
+    }
+
+    /// Deletes every key and log whose name starts with `prefix`: documents under their
+    /// key's lock, logs under theirs, then the lock files and any temporary file left by a
+    /// crash. Meant for a run nobody writes any more (teardown): a writer that still holds
+    /// a lock is waited for, one that comes after the purge writes a new file.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the directory cannot be listed or a file cannot be removed.
+    pub async fn purge(&self, prefix: &str) -> Result<Purged, VfError> {
+        let p = prefix.to_owned();
+        self.blocking("purging", prefix, move |root| {
+            let mut keys = std::collections::BTreeSet::new();
+            let mut logs = std::collections::BTreeSet::new();
+            for entry in fs::read_dir(root)? {
+                let name = entry?.file_name().to_string_lossy().into_owned();
+                match classify(&name) {
+                    Some(StoreFile::Key(k)) if k.starts_with(&p) => {
+                        keys.insert(k);
+                    }
+                    Some(StoreFile::Log(l)) if l.starts_with(&p) => {
+                        logs.insert(l);
+                    }
+                    _ => {}
+                }
+            }
+            let mut purged = Purged::default();
+            for key in &keys {
+                let lock_name = key_lock_name(key);
+                let held = lock(root, &lock_name)?;
+                purged.keys += usize::from(remove_if_present(&doc_path(root, key))?);
+                let mut tmp = doc_path(root, key).into_os_string();
+                tmp.push(".tmp");
+                remove_if_present(std::path::Path::new(&tmp))?;
+                remove_if_present(&root.join(&lock_name))?;
+                drop(held);
+            }
+            for log in &logs {
+                let lock_name = log_lock_name(log);
+                let held = lock(root, &lock_name)?;
+                purged.logs += usize::from(remove_if_present(&log_path(root, log))?);
+                remove_if_present(&root.join(&lock_name))?;
+                drop(held);
+            }
+            Ok(purged)
+        })
+        .await
+    }
+}
+
+/// Removes `path`; `false` when it was not there.
+fn remove_if_present(path: &Path) -> std::io::Result<bool> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

@@ -15,6 +15,15 @@ pub struct Versioned {
 /// One `scan` row: key, value, version.
 pub type ScanRow = (String, Vec<u8>, String);
 
+/// What a `purge` removed: documents (keys) and logs under one prefix.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Purged {
+    /// Keys (documents) deleted.
+    pub keys: usize,
+    /// Logs deleted.
+    pub logs: usize,
+}
+
 /// STORE-5's TransientFailure: `runtime store unreachable <verb> '<key>': <detail>`.
 pub(crate) fn unreachable(verb: &str, key: &str, detail: impl std::fmt::Display) -> VfError {
     VfError::new(

@@ -235,6 +235,7 @@ pub async fn claim_slot(
 pub async fn claim_replica_slot(
     cfg: std::sync::Arc<crate::config::WorkerConfig>,
     store: &RuntimeStore,
+    caps: &super::StoreCapabilities,
     stop: &StopFlag,
 ) -> Result<
     (
@@ -243,7 +244,6 @@ pub async fn claim_replica_slot(
     ),
     VfError,
 > {
-    let caps = store.capabilities().await;
     if !cfg.needs_slot_claim(caps.durable_and_shared()) {
         return Ok((cfg, None));
     }

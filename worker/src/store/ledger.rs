@@ -34,6 +34,17 @@ use videoflow_core::errors::{Disposition, ErrorCode, VfError};
 use super::{CAS_ATTEMPTS, RuntimeStore};
 use crate::drain::TerminatorKind;
 
+/// The prefix of every record of run `run` of flow `flow`: `vf/{flow}/{run}/` (every node's
+/// `P` starts with it), what a teardown purges.
+///
+/// `None` when either id contains `/`: the layout joins raw ids with `/`, so flow `a` run `b`
+/// and flow `a/b` run `c` (or run `b/c`) share the prefix `vf/a/b/`, and a purge by it could
+/// delete another run's records.
+pub fn run_prefix(flow: &str, run: &str) -> Option<String> {
+    (!flow.is_empty() && !run.is_empty() && !flow.contains('/') && !run.contains('/'))
+        .then(|| format!("vf/{flow}/{run}/"))
+}
+
 /// One recorded terminator (EOS-2), as read back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TerminatorFact {
@@ -122,7 +133,25 @@ impl RunLedger {
         replica: u32,
         nb_tasks: u32,
     ) -> Result<Self, VfError> {
-        let durable_shared = store.capabilities().await.durable_and_shared();
+        let caps = store.capabilities().await;
+        Self::open_with(store, &caps, flow, run, node, replica, nb_tasks).await
+    }
+
+    /// [`RunLedger::open`] with the capabilities the caller already read back (the worker
+    /// reads them once, for the slot claim, this ledger and its warning).
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be scanned.
+    pub async fn open_with(
+        store: RuntimeStore,
+        caps: &super::StoreCapabilities,
+        flow: &str,
+        run: &str,
+        node: &str,
+        replica: u32,
+        nb_tasks: u32,
+    ) -> Result<Self, VfError> {
+        let durable_shared = caps.durable_and_shared();
         let ledger = RunLedger {
             inner: Arc::new(Inner {
                 store,

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::kv::{ScanRow, Versioned};
+use super::kv::{Purged, ScanRow, Versioned};
 
 #[derive(Debug, Default)]
 struct State {
@@ -94,6 +94,18 @@ impl MemoryStore {
         }
         state.keys.remove(key);
         true
+    }
+
+    /// Deletes every key and every log whose name starts with `prefix`.
+    pub fn purge(&self, prefix: &str) -> Purged {
+        let mut state = self.lock();
+        let before = (state.keys.len(), state.logs.len());
+        state.keys.retain(|k, _| !k.starts_with(prefix));
+        state.logs.retain(|l, _| !l.starts_with(prefix));
+        Purged {
+            keys: before.0 - state.keys.len(),
+            logs: before.1 - state.logs.len(),
+        }
     }
 }
 

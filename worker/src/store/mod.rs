@@ -14,6 +14,7 @@
 //! - [`lease`] — partition leases and the replica slot claim (§11.2, ENV-5 step 3).
 //! - `kv` — what every backend returns: versioned values, scan rows, the unreachable error.
 //! - [`ledger`] — the run ledger's records: terminators, received ids, published ids, completions, effect markers (§11.2).
+//! - [`unobserved`] — the WARNING and the fix when a store's durability cannot be read back.
 //!
 //! The interface is STORE-1's: versions are opaque strings minted by the store; `cas` with
 //! no expected version creates; `delete` with no expected version deletes unconditionally.
@@ -25,13 +26,14 @@ pub mod ledger;
 pub mod memory;
 pub mod redis;
 pub mod tls;
+pub mod unobserved;
 
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::partition::py_repr_str;
 use videoflow_core::scaling::Observation;
 
 pub use file::FileStore;
-pub use kv::{ScanRow, Versioned};
+pub use kv::{Purged, ScanRow, Versioned};
 pub use lease::{LeaseHolder, SlotClaim, claim_slot};
 pub use ledger::RunLedger;
 pub use memory::MemoryStore;
@@ -212,6 +214,19 @@ impl RuntimeStore {
             RuntimeStore::Memory(s) => Ok(s.delete(key, expected)),
             RuntimeStore::File(s) => s.delete(key, expected).await,
             RuntimeStore::Redis(s) => s.delete(key, expected).await,
+        }
+    }
+
+    /// Deletes every key and log under `prefix` (a retired run's ledger,
+    /// [`ledger::run_prefix`]); what it removed.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be listed or written.
+    pub async fn purge(&self, prefix: &str) -> Result<Purged, VfError> {
+        match self {
+            RuntimeStore::Memory(s) => Ok(s.purge(prefix)),
+            RuntimeStore::File(s) => s.purge(prefix).await,
+            RuntimeStore::Redis(s) => s.purge(prefix).await,
         }
     }
 

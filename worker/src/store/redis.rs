@@ -22,9 +22,10 @@ use redis::{AsyncConnectionConfig, RedisError};
 use tokio::sync::{Mutex, Semaphore};
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::partition::py_repr_str;
+use videoflow_core::redact::{redact_text, redact_url};
 use videoflow_core::scaling::Observation;
 
-use super::kv::{ScanRow, Versioned, unreachable};
+use super::kv::{Purged, ScanRow, Versioned, unreachable};
 
 /// Key prefix on the server, so the ledger never collides with a payload store sharing it.
 pub const KEY_PREFIX: &str = "vfrt:";
@@ -47,6 +48,8 @@ pub struct RedisStore {
     /// One permit per transaction connection in use.
     transactions: Arc<Semaphore>,
     timeout: Duration,
+    /// The URL with its password masked, for what the capabilities read-back reports.
+    shown: String,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -103,6 +106,7 @@ impl RedisStore {
             idle: Arc::new(std::sync::Mutex::new(Vec::new())),
             transactions: Arc::new(Semaphore::new(TRANSACTION_CONNECTIONS)),
             timeout: DEFAULT_TIMEOUT,
+            shown: redact_url(url),
         })
     }
 
@@ -362,9 +366,51 @@ impl RedisStore {
         .await
     }
 
+    /// Deletes every key (`vfrt:<prefix>*`) and every log (`vfrt:log:<prefix>*`) under
+    /// `prefix`: SCAN with the escaped prefix, then UNLINK per page, so nothing outside the
+    /// prefix is ever named.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when Redis cannot be scanned or written.
+    pub async fn purge(&self, prefix: &str) -> Result<Purged, VfError> {
+        let keys = self
+            .unlink_matching(prefix, format!("{KEY_PREFIX}{}*", escape_glob(prefix)))
+            .await?;
+        let logs = self
+            .unlink_matching(prefix, format!("{KEY_PREFIX}log:{}*", escape_glob(prefix)))
+            .await?;
+        Ok(Purged { keys, logs })
+    }
+
+    async fn unlink_matching(&self, prefix: &str, pattern: String) -> Result<usize, VfError> {
+        self.with_conn("purging", prefix, async move |c| {
+            let mut cursor: u64 = 0;
+            let mut removed = 0usize;
+            loop {
+                let (next, page): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(500)
+                    .query_async(c)
+                    .await?;
+                if !page.is_empty() {
+                    let n: usize = redis::cmd("UNLINK").arg(&page).query_async(c).await?;
+                    removed += n;
+                }
+                cursor = next;
+                if cursor == 0 {
+                    return Ok(removed);
+                }
+            }
+        })
+        .await
+    }
+
     /// STORE-6: the durability read back over this store's connection.
     pub async fn durability(&self) -> Observation<bool> {
-        observe_durability(&self.client, self.timeout).await
+        observe_durability(&self.client, &self.shown, self.timeout).await
     }
 }
 
@@ -400,14 +446,37 @@ fn is_transport(e: &RedisError) -> bool {
 /// or a non-empty `save`) and the policy is `noeviction`; CONFIG refused ⇒ Unknown(`auth`);
 /// unreachable ⇒ Unknown(`unreachable`); no answer within `timeout` ⇒ Unknown(`timeout`).
 /// A malformed URL is Unknown(`config`).
+///
+/// Every Unknown's detail starts with the URL, its password masked, so whoever reads it knows
+/// which store; an `auth` detail says whether the server refused the credentials (a wrong or
+/// missing password: [`CREDENTIALS_REFUSED`]) or only the CONFIG command
+/// ([`CONFIG_REFUSED`]), since the fixes differ.
 pub async fn redis_durability(url: &str, timeout: Duration) -> Observation<bool> {
+    let shown = redact_url(url);
     match redis::Client::open(url) {
-        Ok(client) => observe_durability(&client, timeout).await,
-        Err(e) => Observation::unknown("config", format!("{url}: {e}")),
+        Ok(client) => observe_durability(&client, &shown, timeout).await,
+        Err(e) => Observation::unknown("config", redact_text(&format!("{shown}: {e}"))),
     }
 }
 
-async fn observe_durability(client: &redis::Client, timeout: Duration) -> Observation<bool> {
+/// The words of an `auth` Unknown whose server refused the credentials.
+pub const CREDENTIALS_REFUSED: &str = "credentials refused";
+/// The words of an `auth` Unknown whose server refused only `CONFIG GET`.
+pub const CONFIG_REFUSED: &str = "CONFIG GET refused";
+
+/// Whether Redis refused who we are rather than what we asked: a wrong password or user
+/// (the client's AUTH at connect), or a command sent without the password the server
+/// requires (`NOAUTH`).
+fn credentials_refused(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+}
+
+async fn observe_durability(
+    client: &redis::Client,
+    shown: &str,
+    timeout: Duration,
+) -> Observation<bool> {
     let read = async {
         let mut c = connect(client, timeout).await?;
         let mut get = async |name: &str| -> Result<String, RedisError> {
@@ -426,14 +495,20 @@ async fn observe_durability(client: &redis::Client, timeout: Duration) -> Observ
         let policy = get("maxmemory-policy").await?;
         Ok::<_, RedisError>((appendonly, save, policy))
     };
+    let unknown = |reason: &str, detail: String| {
+        Observation::unknown(reason, redact_text(&format!("{shown}: {detail}")))
+    };
     match tokio::time::timeout(timeout + Duration::from_millis(500), read).await {
-        Err(_) => Observation::unknown(
+        Err(_) => unknown(
             "timeout",
             format!("no answer within {} s", timeout.as_secs_f64()),
         ),
-        Ok(Err(e)) if e.is_timeout() => Observation::unknown("timeout", e.to_string()),
-        Ok(Err(e)) if is_transport(&e) => Observation::unknown("unreachable", e.to_string()),
-        Ok(Err(e)) => Observation::unknown("auth", format!("CONFIG GET refused: {e}")),
+        Ok(Err(e)) if e.is_timeout() => unknown("timeout", e.to_string()),
+        Ok(Err(e)) if credentials_refused(&e) => {
+            unknown("auth", format!("{CREDENTIALS_REFUSED}: {e}"))
+        }
+        Ok(Err(e)) if is_transport(&e) => unknown("unreachable", e.to_string()),
+        Ok(Err(e)) => unknown("auth", format!("{CONFIG_REFUSED}: {e}")),
         Ok(Ok((appendonly, save, policy))) => {
             let persistent = appendonly.eq_ignore_ascii_case("yes") || !save.is_empty();
             Observation::Known(persistent && policy == "noeviction")

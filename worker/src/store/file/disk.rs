@@ -38,6 +38,35 @@ pub(super) fn log_lock_name(log: &str) -> String {
     format!("log:{}.json.lock", encode(log))
 }
 
+/// What a file of the store's directory holds, by its name: the document, its leftover
+/// temporary file or its lock (of a key), or the log or its lock (of a log). `None` for a
+/// file the store did not write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum StoreFile {
+    /// `<key>.json`, `<key>.json.tmp`, `<key>.json.lock`.
+    Key(String),
+    /// `<log>.log`, `log:<log>.json.lock`.
+    Log(String),
+}
+
+/// The key or log a file name belongs to ([`StoreFile`]).
+pub(super) fn classify(name: &str) -> Option<StoreFile> {
+    if let Some(stem) = name.strip_suffix(".json.lock") {
+        return Some(match stem.strip_prefix("log:") {
+            Some(log) => StoreFile::Log(decode(log)),
+            None => StoreFile::Key(decode(stem)),
+        });
+    }
+    if let Some(stem) = name
+        .strip_suffix(".json")
+        .or_else(|| name.strip_suffix(".json.tmp"))
+    {
+        return Some(StoreFile::Key(decode(stem)));
+    }
+    name.strip_suffix(".log")
+        .map(|stem| StoreFile::Log(decode(stem)))
+}
+
 /// An exclusive `flock` on `root/name`, released when the file is dropped.
 pub(super) fn lock(root: &Path, name: &str) -> std::io::Result<File> {
     let file = OpenOptions::new()
