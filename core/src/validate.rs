@@ -166,7 +166,63 @@ pub fn validate_flow(doc: &FlowDocument) -> Vec<Diagnostic> {
         ));
     }
     out.extend(validate_spec(&doc.spec));
+    check_nul(doc, &mut out);
     out
+}
+
+/// No text of the document holds a NUL character: names, ids, URLs, classes, partition keys
+/// and component commands become environment values, program arguments, broker names and
+/// Kubernetes fields, none of which can carry one — a worker given it could never start.
+/// Node `params` are exempt: they travel as JSON (`VF_NODE_PARAMS_JSON`), where a NUL is an
+/// escape like any other, and a node may take one as data.
+fn check_nul(doc: &FlowDocument, out: &mut Vec<Diagnostic>) {
+    fn walk(v: &serde_json::Value, path: &str, out: &mut Vec<Diagnostic>) {
+        let at = |key: &str| {
+            if path.is_empty() {
+                key.to_owned()
+            } else {
+                format!("{path}.{key}")
+            }
+        };
+        match v {
+            serde_json::Value::String(s) if s.contains('\0') => out.push(Diagnostic::error(
+                codes::VF_FLOW_SCHEMA,
+                if path.is_empty() { "(document)" } else { path },
+                "The text holds a NUL character, which no environment variable, program \
+                 argument or Kubernetes field can carry.",
+                "Remove the NUL character (\\u0000).",
+            )),
+            serde_json::Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    walk(item, &format!("{path}[{i}]"), out);
+                }
+            }
+            serde_json::Value::Object(map) => {
+                for (key, item) in map {
+                    if key.contains('\0') {
+                        out.push(Diagnostic::error(
+                            codes::VF_FLOW_SCHEMA,
+                            at(&key.replace('\0', "\\u0000")),
+                            "The key holds a NUL character, which no Kubernetes field can carry.",
+                            "Remove the NUL character (\\u0000).",
+                        ));
+                    }
+                    let in_node = path.strip_prefix("spec.nodes[").is_some_and(|rest| {
+                        rest.strip_suffix(']')
+                            .is_some_and(|i| i.bytes().all(|b| b.is_ascii_digit()))
+                    });
+                    if in_node && key == "params" {
+                        continue;
+                    }
+                    walk(item, &at(key), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Ok(tree) = serde_json::to_value(doc) {
+        walk(&tree, "", out);
+    }
 }
 
 /// Validates a spec: structure first, then each node, then warnings.

@@ -568,3 +568,31 @@ fn gpu_mig_profile_claims_the_mig_resource_and_is_validated() {
         )]
     );
 }
+
+/// A NUL character in any text that becomes an environment value, argument or Kubernetes
+/// field is refused with its path (a worker could never be started with it); in `params`,
+/// which travel as JSON, it is data.
+#[test]
+fn a_nul_character_is_refused_where_no_process_can_carry_it() {
+    let text = DIAMOND
+        .replace("  type: batch\n", "  type: batch\n  runId: \"r\\0\"\n")
+        .replace(
+            "    params: {start_value: 0, end_value: 99}\n",
+            "    params: {start_value: 0, end_value: 99}\n    partitionBy: \"k\\0\"\n",
+        )
+        .replace(
+            "component: {builtin: videoflow.consumers.CommandlineConsumer}",
+            "component: {builtin: videoflow.consumers.CommandlineConsumer}\n    params: {end: \"\\0\"}",
+        );
+    let mut paths: Vec<String> = errors(&validate_flow(&doc(&text)))
+        .iter()
+        .filter(|d| d.code == codes::VF_FLOW_SCHEMA && d.message.contains("NUL"))
+        .map(|d| d.path.clone())
+        .collect();
+    paths.sort();
+    assert_eq!(paths, ["spec.nodes[0].partitionBy", "spec.runId"]);
+    assert!(
+        compile(&doc(&text)).is_err(),
+        "what no worker can start does not compile"
+    );
+}
