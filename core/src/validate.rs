@@ -166,8 +166,65 @@ pub fn validate_flow(doc: &FlowDocument) -> Vec<Diagnostic> {
         ));
     }
     out.extend(validate_spec(&doc.spec));
+    check_secret_refs(&doc.spec, &mut out);
     check_nul(doc, &mut out);
     out
+}
+
+/// Every `urlFrom.secretKeyRef` names a Secret and a key Kubernetes accepts (a DNS-1123
+/// subdomain; a config key of letters, digits, `-`, `_`, `.`): the workloads carry the
+/// reference as it is, and the API server refuses a pod whose reference it cannot resolve —
+/// the flow would be admitted and never start.
+fn check_secret_refs(spec: &crate::model::FlowSpec, out: &mut Vec<Diagnostic>) {
+    let refs = [
+        ("spec.broker", spec.broker.as_ref().and_then(|b| b.url_from.as_ref())),
+        (
+            "spec.payloadStore",
+            spec.payload_store.as_ref().and_then(|p| p.url_from.as_ref()),
+        ),
+        (
+            "spec.runtimeStore",
+            spec.runtime_store.as_ref().and_then(|r| r.url_from.as_ref()),
+        ),
+    ];
+    for (section, from) in refs {
+        let Some(from) = from else { continue };
+        let r = &from.secret_key_ref;
+        let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+        let name_ok = r.name.len() <= 253
+            && r.name.bytes().next().is_some_and(alnum)
+            && r.name.bytes().last().is_some_and(alnum)
+            && r.name.bytes().all(|b| alnum(b) || b == b'-' || b == b'.');
+        if !name_ok {
+            out.push(Diagnostic::error(
+                codes::VF_FLOW_SCHEMA,
+                format!("{section}.urlFrom.secretKeyRef.name"),
+                format!(
+                    "'{}' is not a Secret name Kubernetes accepts (lowercase letters, digits, '-' \
+                     and '.', starting and ending with a letter or digit, at most 253).",
+                    r.name
+                ),
+                "Name the Secret that holds the URL.",
+            ));
+        }
+        let key_ok = !r.key.is_empty()
+            && r.key.len() <= 253
+            && r.key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !key_ok {
+            out.push(Diagnostic::error(
+                codes::VF_FLOW_SCHEMA,
+                format!("{section}.urlFrom.secretKeyRef.key"),
+                format!(
+                    "'{}' is not a Secret key Kubernetes accepts (letters, digits, '-', '_' and \
+                     '.', at most 253).",
+                    r.key
+                ),
+                "Name the key of the Secret whose value is the URL, e.g. url.",
+            ));
+        }
+    }
 }
 
 /// No text of the document holds a NUL character: names, ids, URLs, classes, partition keys

@@ -596,3 +596,30 @@ fn a_nul_character_is_refused_where_no_process_can_carry_it() {
         "what no worker can start does not compile"
     );
 }
+
+/// A Secret reference Kubernetes would refuse in a pod (an empty or malformed name or key)
+/// is refused here, with its path: the flow would otherwise be admitted and never start.
+#[test]
+fn a_secret_reference_must_be_one_kubernetes_resolves() {
+    let text = DIAMOND.replace(
+        "  type: batch\n",
+        "  type: batch\n  broker: {urlFrom: {secretKeyRef: {name: '', key: ''}}}\n  \
+         payloadStore: {urlFrom: {secretKeyRef: {name: Creds, key: 'u/rl'}}}\n  \
+         runtimeStore: {urlFrom: {secretKeyRef: {name: ledger-creds, key: url}}}\n",
+    );
+    let mut paths: Vec<String> = errors(&validate_flow(&doc(&text)))
+        .iter()
+        .filter(|d| d.code == codes::VF_FLOW_SCHEMA)
+        .map(|d| d.path.clone())
+        .collect();
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            "spec.broker.urlFrom.secretKeyRef.key",
+            "spec.broker.urlFrom.secretKeyRef.name",
+            "spec.payloadStore.urlFrom.secretKeyRef.key",
+            "spec.payloadStore.urlFrom.secretKeyRef.name",
+        ]
+    );
+}
