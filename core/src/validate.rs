@@ -177,14 +177,21 @@ pub fn validate_flow(doc: &FlowDocument) -> Vec<Diagnostic> {
 /// the flow would be admitted and never start.
 fn check_secret_refs(spec: &crate::model::FlowSpec, out: &mut Vec<Diagnostic>) {
     let refs = [
-        ("spec.broker", spec.broker.as_ref().and_then(|b| b.url_from.as_ref())),
+        (
+            "spec.broker",
+            spec.broker.as_ref().and_then(|b| b.url_from.as_ref()),
+        ),
         (
             "spec.payloadStore",
-            spec.payload_store.as_ref().and_then(|p| p.url_from.as_ref()),
+            spec.payload_store
+                .as_ref()
+                .and_then(|p| p.url_from.as_ref()),
         ),
         (
             "spec.runtimeStore",
-            spec.runtime_store.as_ref().and_then(|r| r.url_from.as_ref()),
+            spec.runtime_store
+                .as_ref()
+                .and_then(|r| r.url_from.as_ref()),
         ),
     ];
     for (section, from) in refs {
@@ -568,14 +575,20 @@ fn check_node(
         }
         None => {}
     }
+    // The first word is the program the worker starts (VF_COMPONENT_COMMAND_JSON): an empty
+    // one is no program, and the worker would refuse it at every start.
     if let Some(exec) = &c.exec
-        && exec.command.is_empty()
+        && exec.command.first().is_none_or(String::is_empty)
     {
         knob(
             out,
             "component.exec.command",
-            format!("'{}' has an exec component without a command.", n.name),
-            "Set component.exec.command to the program to run.",
+            format!(
+                "'{}' has an exec component without a command (or whose first word, the \
+                 program, is empty).",
+                n.name
+            ),
+            "Set component.exec.command to the program to run, then its arguments.",
         );
     }
     if let Some(py) = &c.python

@@ -623,3 +623,34 @@ fn a_secret_reference_must_be_one_kubernetes_resolves() {
         ]
     );
 }
+
+/// An exec command whose first word (the program the worker starts) is empty is no command:
+/// refused here, as the worker would refuse it at every start.
+#[test]
+fn an_exec_command_needs_a_program() {
+    let node = |name: &str, command: &str| {
+        format!(
+            "  - {{name: {name}, kind: consumer, parents: [src], component: {{exec: {{command: \
+             {command}}}}}}}\n"
+        )
+    };
+    let text = flow(&format!(
+        "{SRC}{}{}{}",
+        node("empty", "['']"),
+        node("blank", "['', run.py]"),
+        node("ok", "[python3, run.py]"),
+    ));
+    assert_eq!(
+        error_codes(&text),
+        vec![
+            (
+                codes::VF_FLOW_KNOB.into(),
+                "spec.nodes[1].component.exec.command".into()
+            ),
+            (
+                codes::VF_FLOW_KNOB.into(),
+                "spec.nodes[2].component.exec.command".into()
+            ),
+        ]
+    );
+}
