@@ -31,11 +31,20 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use flows_common::{batch_flow, ledger_spec, numbers, processor};
+use flows_common::{batch_flow, ledger_spec, processor};
 use support::{Exit, FlowHarness};
 use videoflow_core::naming;
 
 const N: i64 = 300;
+/// The producer's pace: N values take 5 s, so every worker is still running (none can end
+/// before the producer's EOS) at any moment of [`KILL_WINDOW`] — a kill always hits a live
+/// process, mid-flow. Unpaced, the producer and the processors finished within a second or
+/// two while the join and the sink lagged, and about half the repetitions "killed" a worker
+/// that had already ended.
+const FPS: i64 = 60;
+/// When the victim is killed, after every worker was started: well inside the 5 s of
+/// production.
+const KILL_WINDOW: (u64, u64) = (200, 4000);
 const ACK_WAIT: Duration = Duration::from_secs(5);
 /// (node, replicas) of the flow, and every data edge (child, parent).
 const NODES: [(&str, i64); 5] = [
@@ -78,7 +87,12 @@ fn flow_yaml(ledger: bool) -> String {
         "  runId: r1\n".to_owned()
     };
     let nodes = [
-        numbers(N),
+        format!(
+            "  - name: numbers\n    kind: producer\n    component: {{builtin: \
+             videoflow.producers.basic.IntProducer}}\n    params: {{start_value: 0, end_value: \
+             {}, fps: {FPS}}}\n",
+            N - 1
+        ),
         processor(
             "left",
             "numbers",
@@ -113,10 +127,8 @@ struct Plan {
     seed: u64,
     ledger: bool,
     victim: (&'static str, i64),
-    /// Kill once the sink holds this many records (0 for the producer: from its start) …
-    after_records: usize,
-    /// … plus this long.
-    extra_delay: Duration,
+    /// When the victim is killed, after every worker was started.
+    at: Duration,
     /// Pause before the victim starts again.
     restart_after: Duration,
 }
@@ -130,22 +142,11 @@ impl Plan {
             .flat_map(|(n, r)| (0..*r).map(move |i| (*n, i)))
             .collect();
         let victim = victims[rng.range(0, victims.len() as u64) as usize];
-        let (after_records, extra_delay) = if victim.0 == "numbers" {
-            // The producer publishes all N within about a second of starting: a moment by
-            // the sink's count would nearly always find it ended, so it is a moment in time.
-            (0, Duration::from_millis(rng.range(0, 800)))
-        } else {
-            (
-                rng.range(0, (N as u64) * 3 / 4) as usize,
-                Duration::from_millis(rng.range(0, 300)),
-            )
-        };
         Plan {
             seed,
             ledger,
             victim,
-            after_records,
-            extra_delay,
+            at: Duration::from_millis(rng.range(KILL_WINDOW.0, KILL_WINDOW.1)),
             restart_after: Duration::from_millis(rng.range(0, 1000)),
         }
     }
@@ -220,27 +221,23 @@ fn run(plan: &Plan) -> (String, usize) {
         }
     }
     let replay = format!("replay: VF_FAULT_SEED={} ({plan:?})", plan.seed);
-    h.wait_until(&replay, Duration::from_secs(120), || {
-        let got = effects(&h).len();
-        if got >= plan.after_records {
-            Ok(())
-        } else {
-            Err(format!("{got} effects at the sink"))
-        }
-    });
-    std::thread::sleep(plan.extra_delay);
+    std::thread::sleep(plan.at.saturating_sub(t0.elapsed()));
     let at_kill = effects(&h).len();
     let (node, replica) = plan.victim;
+    // No worker can end before the producer's EOS, which comes after 5 s of production.
     let killed = h.kill(node, replica);
+    assert!(
+        killed,
+        "{replay}: the victim had ended before the kill; logs:\n{}",
+        h.all_logs()
+    );
     std::thread::sleep(plan.restart_after);
-    if killed {
-        h.spawn(node, replica, &[]);
-    }
+    h.spawn(node, replica, &[]);
     let exits = h.wait_all(Duration::from_secs(180));
     // The victim was killed (or had already ended cleanly); every other process ended 0.
     let bad: Vec<&Exit> = exits
         .iter()
-        .filter(|e| e.code != Some(0) && !(killed && e.node == node && e.replica == replica))
+        .filter(|e| e.code != Some(0) && !(e.node == node && e.replica == replica))
         .collect();
     assert!(
         bad.is_empty(),
@@ -255,7 +252,7 @@ fn run(plan: &Plan) -> (String, usize) {
     // repeat (the same group twice — which the keyed effect makes impossible — or a value
     // under one trace twice) is a duplicate the test refuses.
     let reemitted = |a: &[(String, String)]| {
-        node == "numbers" && killed && {
+        node == "numbers" && {
             let traces: std::collections::BTreeSet<&String> = a.iter().map(|(_, t)| t).collect();
             traces.len() == a.len()
         }
@@ -287,17 +284,14 @@ fn run(plan: &Plan) -> (String, usize) {
     );
     let effects_held = effects(&h).len();
     let line = format!(
-        "seed {} ledger={} killed {node}.{replica} at {at_kill} effects{}: {N} values, 0 lost, \
+        "seed {} ledger={} killed {node}.{replica} {:?} after the start, at {at_kill} effects: \
+         {N} values, 0 lost, \
          {effects_held} effects at the sink, duplicated {reemits} (values published again \
          by the restarted live producer under a new epoch, MSGID-5; any other duplicate \
          fails), 0 dead letters, run {:?}",
         plan.seed,
         plan.ledger,
-        if killed {
-            ""
-        } else {
-            " (it had already ended)"
-        },
+        plan.at,
         t0.elapsed()
     );
     eprintln!("RELIABILITY random-kill {line}");
