@@ -221,6 +221,7 @@ pub const CLASSES: &[ClassSpec] = &[
     class("videoflow.consumers.video.VideofileWriter", &["videoflow.consumers.VideofileWriter"], Consumer, &[req("video_file", Str), opt("swap_channels", Bool), opt("fps", Number)]),
     class("videoflow.rs.consumers.VideoFileWriter", &[], Consumer, &[req("video_file", Str), opt("swap_channels", Bool), opt("fps", Number), opt("crf", Int), opt("preset", Str)]),
     class("videoflow.rs.consumers.JsonlSink", &[], Consumer, &[req("path", Str)]),
+    class("videoflow.rs.consumers.KeyedJsonSink", &[], Consumer, &[req("dir", Str)]),
     class("videoflow.rs.consumers.SelfCheck", &[], Consumer, &[req("path", Str), req("expect", Object), opt("partitions", Int), opt("video_file", Str), opt("box_color", IntList), opt("contact_sheet", Str)]),
 ];
 

@@ -29,6 +29,9 @@ pub mod component;
 pub mod env;
 pub mod envelope;
 pub mod errors;
+/// Checks the fuzz targets (`fuzz/`) and the regression replays share; not an API.
+#[doc(hidden)]
+pub mod fuzz;
 pub mod join;
 pub mod load;
 pub mod model;

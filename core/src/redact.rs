@@ -82,11 +82,14 @@ pub fn redact_text(text: &str) -> String {
     if !text.contains("://") {
         return text.to_owned();
     }
-    // The scheme: the letters, digits, `+`, `-`, `.` just before a `://`.
+    // The scheme: the letters, digits, `+`, `-`, `.` just before a `://`; it starts after the
+    // last other character, however many bytes that one takes.
     let scheme_start = |s: &str, sep: usize| {
         s[..sep]
-            .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
-            .map_or(0, |i| i + 1)
+            .char_indices()
+            .rev()
+            .find(|(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+            .map_or(0, |(i, c)| i + c.len_utf8())
     };
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -289,5 +292,20 @@ mod tests {
         let v = serde_json::json!({"url": "nats://u:s3cret@h", "n": 1, "l": ["redis://:x@h/0"]});
         let got = redact_json(v).to_string();
         assert!(!got.contains("s3cret") && !got.contains(":x@"), "{got}");
+    }
+
+    #[test]
+    fn a_multibyte_character_before_a_scheme_is_kept_whole() {
+        // The scheme starts after the last character that cannot be in one; when that one
+        // takes several bytes, the cut must fall after all of them (a cut inside panics).
+        assert_eq!(
+            redact_text("é://u:s3cret@h and übernats://u:pw@h"),
+            "é://u:***@h and übernats://u:***@h"
+        );
+        assert_eq!(redact_text("VF_\u{fffd}://h"), "VF_\u{fffd}://h");
+        assert_eq!(
+            redact_text("\u{fffd}nats://u:pw@h"),
+            "\u{fffd}nats://u:***@h"
+        );
     }
 }

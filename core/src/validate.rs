@@ -166,7 +166,127 @@ pub fn validate_flow(doc: &FlowDocument) -> Vec<Diagnostic> {
         ));
     }
     out.extend(validate_spec(&doc.spec));
+    check_secret_refs(&doc.spec, &mut out);
+    check_nul(doc, &mut out);
     out
+}
+
+/// Every `urlFrom.secretKeyRef` names a Secret and a key Kubernetes accepts (a DNS-1123
+/// subdomain; a config key of letters, digits, `-`, `_`, `.`): the workloads carry the
+/// reference as it is, and the API server refuses a pod whose reference it cannot resolve —
+/// the flow would be admitted and never start.
+fn check_secret_refs(spec: &crate::model::FlowSpec, out: &mut Vec<Diagnostic>) {
+    let refs = [
+        (
+            "spec.broker",
+            spec.broker.as_ref().and_then(|b| b.url_from.as_ref()),
+        ),
+        (
+            "spec.payloadStore",
+            spec.payload_store
+                .as_ref()
+                .and_then(|p| p.url_from.as_ref()),
+        ),
+        (
+            "spec.runtimeStore",
+            spec.runtime_store
+                .as_ref()
+                .and_then(|r| r.url_from.as_ref()),
+        ),
+    ];
+    for (section, from) in refs {
+        let Some(from) = from else { continue };
+        let r = &from.secret_key_ref;
+        let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+        let name_ok = r.name.len() <= 253
+            && r.name.bytes().next().is_some_and(alnum)
+            && r.name.bytes().last().is_some_and(alnum)
+            && r.name.bytes().all(|b| alnum(b) || b == b'-' || b == b'.');
+        if !name_ok {
+            out.push(Diagnostic::error(
+                codes::VF_FLOW_SCHEMA,
+                format!("{section}.urlFrom.secretKeyRef.name"),
+                format!(
+                    "'{}' is not a Secret name Kubernetes accepts (lowercase letters, digits, '-' \
+                     and '.', starting and ending with a letter or digit, at most 253).",
+                    r.name
+                ),
+                "Name the Secret that holds the URL.",
+            ));
+        }
+        let key_ok = !r.key.is_empty()
+            && r.key.len() <= 253
+            && r.key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !key_ok {
+            out.push(Diagnostic::error(
+                codes::VF_FLOW_SCHEMA,
+                format!("{section}.urlFrom.secretKeyRef.key"),
+                format!(
+                    "'{}' is not a Secret key Kubernetes accepts (letters, digits, '-', '_' and \
+                     '.', at most 253).",
+                    r.key
+                ),
+                "Name the key of the Secret whose value is the URL, e.g. url.",
+            ));
+        }
+    }
+}
+
+/// No text of the document holds a NUL character: names, ids, URLs, classes, partition keys
+/// and component commands become environment values, program arguments, broker names and
+/// Kubernetes fields, none of which can carry one — a worker given it could never start.
+/// Node `params` are exempt: they travel as JSON (`VF_NODE_PARAMS_JSON`), where a NUL is an
+/// escape like any other, and a node may take one as data.
+fn check_nul(doc: &FlowDocument, out: &mut Vec<Diagnostic>) {
+    fn walk(v: &serde_json::Value, path: &str, out: &mut Vec<Diagnostic>) {
+        let at = |key: &str| {
+            if path.is_empty() {
+                key.to_owned()
+            } else {
+                format!("{path}.{key}")
+            }
+        };
+        match v {
+            serde_json::Value::String(s) if s.contains('\0') => out.push(Diagnostic::error(
+                codes::VF_FLOW_SCHEMA,
+                if path.is_empty() { "(document)" } else { path },
+                "The text holds a NUL character, which no environment variable, program \
+                 argument or Kubernetes field can carry.",
+                "Remove the NUL character (\\u0000).",
+            )),
+            serde_json::Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    walk(item, &format!("{path}[{i}]"), out);
+                }
+            }
+            serde_json::Value::Object(map) => {
+                for (key, item) in map {
+                    if key.contains('\0') {
+                        out.push(Diagnostic::error(
+                            codes::VF_FLOW_SCHEMA,
+                            at(&key.replace('\0', "\\u0000")),
+                            "The key holds a NUL character, which no Kubernetes field can carry.",
+                            "Remove the NUL character (\\u0000).",
+                        ));
+                    }
+                    let in_node = path.strip_prefix("spec.nodes[").is_some_and(|rest| {
+                        rest.strip_suffix(']')
+                            .is_some_and(|i| i.bytes().all(|b| b.is_ascii_digit()))
+                    });
+                    if in_node && key == "params" {
+                        continue;
+                    }
+                    walk(item, &at(key), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Ok(tree) = serde_json::to_value(doc) {
+        walk(&tree, "", out);
+    }
 }
 
 /// Validates a spec: structure first, then each node, then warnings.
@@ -474,14 +594,20 @@ fn check_node(
         }
         None => {}
     }
+    // The first word is the program the worker starts (VF_COMPONENT_COMMAND_JSON): an empty
+    // one is no program, and the worker would refuse it at every start.
     if let Some(exec) = &c.exec
-        && exec.command.is_empty()
+        && exec.command.first().is_none_or(String::is_empty)
     {
         knob(
             out,
             "component.exec.command",
-            format!("'{}' has an exec component without a command.", n.name),
-            "Set component.exec.command to the program to run.",
+            format!(
+                "'{}' has an exec component without a command (or whose first word, the \
+                 program, is empty).",
+                n.name
+            ),
+            "Set component.exec.command to the program to run, then its arguments.",
         );
     }
     if let Some(py) = &c.python

@@ -593,3 +593,89 @@ fn gpu_mig_profile_claims_the_mig_resource_and_is_validated() {
         )]
     );
 }
+
+/// A NUL character in any text that becomes an environment value, argument or Kubernetes
+/// field is refused with its path (a worker could never be started with it); in `params`,
+/// which travel as JSON, it is data.
+#[test]
+fn a_nul_character_is_refused_where_no_process_can_carry_it() {
+    let text = DIAMOND
+        .replace("  type: batch\n", "  type: batch\n  runId: \"r\\0\"\n")
+        .replace(
+            "    params: {start_value: 0, end_value: 99}\n",
+            "    params: {start_value: 0, end_value: 99}\n    partitionBy: \"k\\0\"\n",
+        )
+        .replace(
+            "component: {builtin: videoflow.consumers.CommandlineConsumer}",
+            "component: {builtin: videoflow.consumers.CommandlineConsumer}\n    params: {end: \"\\0\"}",
+        );
+    let mut paths: Vec<String> = errors(&validate_flow(&doc(&text)))
+        .iter()
+        .filter(|d| d.code == codes::VF_FLOW_SCHEMA && d.message.contains("NUL"))
+        .map(|d| d.path.clone())
+        .collect();
+    paths.sort();
+    assert_eq!(paths, ["spec.nodes[0].partitionBy", "spec.runId"]);
+    assert!(
+        compile(&doc(&text)).is_err(),
+        "what no worker can start does not compile"
+    );
+}
+
+/// A Secret reference Kubernetes would refuse in a pod (an empty or malformed name or key)
+/// is refused here, with its path: the flow would otherwise be admitted and never start.
+#[test]
+fn a_secret_reference_must_be_one_kubernetes_resolves() {
+    let text = DIAMOND.replace(
+        "  type: batch\n",
+        "  type: batch\n  broker: {urlFrom: {secretKeyRef: {name: '', key: ''}}}\n  \
+         payloadStore: {urlFrom: {secretKeyRef: {name: Creds, key: 'u/rl'}}}\n  \
+         runtimeStore: {urlFrom: {secretKeyRef: {name: ledger-creds, key: url}}}\n",
+    );
+    let mut paths: Vec<String> = errors(&validate_flow(&doc(&text)))
+        .iter()
+        .filter(|d| d.code == codes::VF_FLOW_SCHEMA)
+        .map(|d| d.path.clone())
+        .collect();
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            "spec.broker.urlFrom.secretKeyRef.key",
+            "spec.broker.urlFrom.secretKeyRef.name",
+            "spec.payloadStore.urlFrom.secretKeyRef.key",
+            "spec.payloadStore.urlFrom.secretKeyRef.name",
+        ]
+    );
+}
+
+/// An exec command whose first word (the program the worker starts) is empty is no command:
+/// refused here, as the worker would refuse it at every start.
+#[test]
+fn an_exec_command_needs_a_program() {
+    let node = |name: &str, command: &str| {
+        format!(
+            "  - {{name: {name}, kind: consumer, parents: [src], component: {{exec: {{command: \
+             {command}}}}}}}\n"
+        )
+    };
+    let text = flow(&format!(
+        "{SRC}{}{}{}",
+        node("empty", "['']"),
+        node("blank", "['', run.py]"),
+        node("ok", "[python3, run.py]"),
+    ));
+    assert_eq!(
+        error_codes(&text),
+        vec![
+            (
+                codes::VF_FLOW_KNOB.into(),
+                "spec.nodes[1].component.exec.command".into()
+            ),
+            (
+                codes::VF_FLOW_KNOB.into(),
+                "spec.nodes[2].component.exec.command".into()
+            ),
+        ]
+    );
+}

@@ -38,6 +38,9 @@ pub mod delivery;
 pub mod drain;
 pub mod emit;
 pub mod faults;
+/// Checks the fuzz targets (`fuzz/`) and the regression replays share; not an API.
+#[doc(hidden)]
+pub mod fuzz;
 pub mod gpu;
 pub mod health;
 pub mod idempotency;

@@ -15,10 +15,16 @@
 //! - Tensors: the twelve native dtypes are length-checked; any other dtype string is kept
 //!   opaque (see [`tensor`]).
 //! - Errors: [`EnvelopeError::code`] is `VF_POISON_DECODE` for every decode failure.
+//! - `oracle` is the same codec over the generated types alone; the property tests and the
+//!   fuzz checks (`fuzz`, hidden: for `fuzz/` and `core/tests/fuzz_regressions.rs` only)
+//!   hold the native codec to it.
 
 mod codec;
 mod error;
 mod fast;
+#[doc(hidden)]
+pub mod fuzz;
+mod oracle;
 mod payload;
 mod payload_codec;
 pub mod proto;

@@ -71,8 +71,13 @@ pub fn read_frame<R: Read, M: Message + Default>(r: &mut R) -> Result<Option<M>,
     if len > MAX_FRAME_BYTES {
         return Err(FrameError::TooLarge(len));
     }
-    let mut body = vec![0u8; len as usize];
-    r.read_exact(&mut body)?;
+    // The body grows with the bytes that arrive, not to what the header announces: a corrupt
+    // or hostile header followed by little or nothing then costs no memory.
+    let mut body = Vec::with_capacity((len as usize).min(READ_CHUNK));
+    r.take(u64::from(len)).read_to_end(&mut body)?;
+    if body.len() < len as usize {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+    }
     Ok(Some(M::decode(body.as_slice())?))
 }
 
@@ -89,7 +94,7 @@ pub struct FrameReader {
 }
 
 /// The read buffer's resting size; a larger frame grows it for as long as it is needed.
-const READ_CHUNK: usize = 64 * 1024;
+pub const READ_CHUNK: usize = 64 * 1024;
 
 impl Default for FrameReader {
     fn default() -> Self {
@@ -130,6 +135,11 @@ impl FrameReader {
         self.end > self.start
     }
 
+    /// The bytes the reader holds allocated (what a hostile header must not inflate).
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
     /// The length announced by the buffered header, when the header is complete.
     fn buffered_len(&self) -> Result<Option<usize>, FrameError> {
         if self.end - self.start < 4 {
@@ -144,9 +154,14 @@ impl FrameReader {
         Ok(Some(len as usize))
     }
 
-    /// One `read` into the free room, made large enough for the frame being received.
-    /// Returns the bytes read (0: the peer closed the connection); the reader's own errors
-    /// (timeouts, `WouldBlock`) pass through.
+    /// One `read` into the free room, grown towards the frame being received. Returns the
+    /// bytes read (0: the peer closed the connection); the reader's own errors (timeouts,
+    /// `WouldBlock`) pass through.
+    ///
+    /// The room grows with the bytes that arrive — a full buffer at most doubles, up to the
+    /// frame's announced size — never to the announced size at once: a corrupt or hostile
+    /// header alone then costs no memory, and a large frame still takes a handful of
+    /// resizes.
     pub fn fill<R: Read>(&mut self, r: &mut R) -> Result<usize, FrameError> {
         let need = match self.buffered_len()? {
             Some(len) => 4 + len,
@@ -157,11 +172,10 @@ impl FrameReader {
             self.end -= self.start;
             self.start = 0;
         }
-        if self.buf.len() - self.start < need {
-            self.buf.resize(self.start + need, 0);
-        }
         if self.end == self.buf.len() {
-            self.buf.resize(self.buf.len() + READ_CHUNK, 0);
+            let doubled = self.buf.len().saturating_mul(2).max(READ_CHUNK);
+            let wanted = (self.start + need).max(self.buf.len() + 1);
+            self.buf.resize(wanted.min(doubled), 0);
         }
         let n = r.read(&mut self.buf[self.end..])?;
         self.end += n;

@@ -40,7 +40,13 @@ pub struct Environment {
 impl Environment {
     /// Reads the process environment.
     pub fn capture() -> Environment {
-        let raw: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+        Environment::from_pairs(std::env::vars_os().collect())
+    }
+
+    /// An environment of exactly these variables, as the operating system would give them
+    /// (names and values need not be UTF-8): what [`Environment::capture`] reads, and what
+    /// the fuzz checks feed in.
+    pub fn from_pairs(raw: Vec<(OsString, OsString)>) -> Environment {
         let vars = raw
             .iter()
             .filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v.to_str()?.to_owned())))
@@ -116,11 +122,7 @@ mod tests {
     use super::*;
 
     fn with_raw(pairs: Vec<(OsString, OsString)>) -> Environment {
-        let vars = pairs
-            .iter()
-            .filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v.to_str()?.to_owned())))
-            .collect();
-        Environment { vars, raw: pairs }
+        Environment::from_pairs(pairs)
     }
 
     #[test]

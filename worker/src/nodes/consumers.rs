@@ -1,5 +1,5 @@
 //! Built-in consumers: the reference's `CommandlineConsumer`, `VoidConsumer` and
-//! `FileAppenderConsumer`, and our JSONL sink for self-checking tests.
+//! `FileAppenderConsumer`, and our JSONL and keyed JSON sinks for self-checking tests.
 //!
 //! Every writing sink hands each record to the kernel in one `write` before `consume`
 //! returns (no user-space buffer), so a SIGKILL after the ack never loses a written line.
@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use serde_json::json;
-use videoflow_core::errors::VfError;
+use videoflow_core::errors::{ErrorCode, VfError};
 
 use super::context::{EnvelopeInfo, InputInfo};
 use super::convert::{expect_inputs, input_py_str, input_to_json, io_error, value_to_json};
@@ -243,6 +243,60 @@ impl Consumer for JsonlSink {
     }
 }
 
+/// `videoflow.rs.consumers.KeyedJsonSink` (ours): the effect of each group is the file
+/// `<dir>/<input_key>.json` holding its [`JsonlSink::record`], written under a temporary
+/// name and renamed over the final one.
+///
+/// Why: an appending sink killed between its effect and the IDEM-1 mark applies that effect
+/// again when the group is redelivered (consume → mark → ack). Keyed by the group's
+/// `last_input_key`, the second application replaces the first instead of adding a record:
+/// the effect itself is idempotent, as IDEM-1 asks of a sink that opts in, and a reader
+/// counts each group once however often it was consumed. The rename makes each record
+/// whole or absent, never half written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedJsonSink {
+    dir: PathBuf,
+}
+
+impl KeyedJsonSink {
+    /// A sink writing one file per group into `dir`; the folder is created by `open`.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        KeyedJsonSink { dir: dir.into() }
+    }
+
+    pub(crate) fn from_params(p: &mut Params<'_>) -> Result<Self, VfError> {
+        Ok(KeyedJsonSink::new(p.required_string("dir")?))
+    }
+}
+
+impl Consumer for KeyedJsonSink {
+    fn open(&mut self, _ctx: &mut NodeContext) -> Result<(), VfError> {
+        let what = format!("creating {}", self.dir.display());
+        std::fs::create_dir_all(&self.dir).map_err(|e| io_error(&what, &e))
+    }
+
+    fn consume(&mut self, ctx: &mut NodeContext, inputs: &[Input]) -> Result<(), VfError> {
+        // The key is a message id (32 hex characters, MSGID-1): a plain file name.
+        let key = ctx
+            .input_key
+            .clone()
+            .filter(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric()))
+            .ok_or_else(|| {
+                VfError::new(
+                    ErrorCode::NodeContract,
+                    "KeyedJsonSink needs the group's input key (a consumer always has one).",
+                )
+            })?;
+        let record = JsonlSink::record(ctx, inputs, wall_now());
+        let staged = self.dir.join(format!(".{key}.{}.tmp", std::process::id()));
+        let path = self.dir.join(format!("{key}.json"));
+        let what = format!("writing {}", path.display());
+        std::fs::write(&staged, record.to_string())
+            .and_then(|()| std::fs::rename(&staged, &path))
+            .map_err(|e| io_error(&what, &e))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
@@ -290,5 +344,38 @@ mod tests {
         }
         let text = buf.0.lock().map(|v| v.clone()).unwrap_or_default();
         assert_eq!(String::from_utf8_lossy(&text), "[1, 2.0]|x|None|False|");
+    }
+
+    #[test]
+    fn idem_1_a_keyed_sink_replaces_the_effect_of_a_group_consumed_again() {
+        let dir = std::env::temp_dir().join(format!("vf-keyed-sink-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut sink = KeyedJsonSink::new(&dir);
+        let mut ctx = NodeContext::default();
+        assert_eq!(sink.open(&mut ctx), Ok(()));
+        let group = |v: i64| [Input::Present(Payload::Value(Value::Int(v)))];
+        for (key, v) in [("aa11", 1), ("bb22", 2), ("aa11", 1)] {
+            ctx.begin_group(Some(key.to_owned()), Vec::new());
+            assert_eq!(sink.consume(&mut ctx, &group(v)), Ok(()));
+        }
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        files.sort();
+        assert_eq!(files, ["aa11.json", "bb22.json"], "one effect per group");
+        let record: serde_json::Value = std::fs::read_to_string(dir.join("aa11.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        assert_eq!(record["value"], 1);
+        assert_eq!(record["input_key"], "aa11");
+        // A group without a usable key is refused, never written under a made-up name.
+        ctx.begin_group(Some("../x".to_owned()), Vec::new());
+        assert!(sink.consume(&mut ctx, &group(3)).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

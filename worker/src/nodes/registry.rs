@@ -14,7 +14,9 @@ use videoflow_core::partition::py_repr_str;
 use super::aggregators::{
     CountAggregator, MaxAggregator, MinAggregator, MultiplicationAggregator, SumAggregator,
 };
-use super::consumers::{CommandlineConsumer, FileAppenderConsumer, JsonlSink, VoidConsumer};
+use super::consumers::{
+    CommandlineConsumer, FileAppenderConsumer, JsonlSink, KeyedJsonSink, VoidConsumer,
+};
 use super::params::{ConsumerFlags, Params};
 use super::processors::{IdentityProcessor, JoinerProcessor, ServiceTimeProcessor};
 use super::producers::{IntProducer, SyntheticFrameProducer};
@@ -262,6 +264,10 @@ const CLASSES: &[Class] = &[
     Class {
         canonical: "videoflow.rs.consumers.JsonlSink",
         build: |p, f| JsonlSink::from_params(p).map(|c| consumer(c, f)),
+    },
+    Class {
+        canonical: "videoflow.rs.consumers.KeyedJsonSink",
+        build: |p, f| KeyedJsonSink::from_params(p).map(|c| consumer(c, f)),
     },
     Class {
         canonical: "videoflow.rs.consumers.SelfCheck",

@@ -1,0 +1,8 @@
+//! A component socket byte stream (first byte: message type and read slicing) through both frame readers.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+// The allocation guard (`videoflow_fuzz::Guarded`) is this binary's global allocator.
+use videoflow_fuzz as _;
+
+fuzz_target!(|data: &[u8]| videoflow_worker::fuzz::frames(data));

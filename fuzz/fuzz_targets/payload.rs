@@ -1,0 +1,8 @@
+//! Raw DATA payload bytes (first byte: the payload type) through the payload codec.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+// The allocation guard (`videoflow_fuzz::Guarded`) is this binary's global allocator.
+use videoflow_fuzz as _;
+
+fuzz_target!(|data: &[u8]| videoflow_core::fuzz::payload(data));
