@@ -22,8 +22,10 @@ use videoflow_core::partition::py_repr_str;
 use videoflow_core::redact::redact_url;
 use videoflow_core::value::{Tensor, Value};
 
-use super::media::{DecodedFrame, Decoding, LiveSource, OpenFailure, Source, supported_codecs};
-use super::reader::{TimestampSource, decoder_threads, timestamp_source};
+use super::decoding::{DecodedFrame, Decoding};
+use super::media::{LiveSource, OpenFailure, Source, supported_codecs};
+use super::nvdec::DecoderInUse;
+use super::reader::{TimestampSource, decoder_threads, gpu_required, timestamp_source};
 use crate::clock::wall_now;
 use crate::nodes::params::Params;
 use crate::nodes::{NodeContext, Producer};
@@ -77,6 +79,9 @@ pub struct LiveReader {
     failures_in_row: u32,
     last_loss: Option<Loss>,
     media: Option<Decoding>,
+    /// The decoder of the last connection (a fallback to the CPU is warned about once per
+    /// reason, not at every reconnection).
+    last_decoder: Option<DecoderInUse>,
     /// See [`MAX_LINGERING`].
     lingering: Vec<std::thread::JoinHandle<()>>,
     ended: bool,
@@ -237,6 +242,7 @@ fn common(
         failures_in_row: 0,
         last_loss: None,
         media: None,
+        last_decoder: None,
         lingering: Vec::new(),
         ended: false,
     })
@@ -262,6 +268,9 @@ impl LiveReader {
     fn open_error(&self, failure: OpenFailure) -> VfError {
         let supported = supported_codecs().join(", ");
         let shown = py_repr_str(&self.shown);
+        if let OpenFailure::GpuRequired(why) = &failure {
+            return gpu_required(self.class, self.what(), &self.shown, why);
+        }
         let what = match failure {
             OpenFailure::NoVideoStream => format!("{} {shown} has no video stream", self.what()),
             OpenFailure::UnsupportedCodec(codec) => format!(
@@ -389,11 +398,19 @@ impl LiveReader {
         let started = Decoding::start_source(
             Source::Live(self.source.clone()),
             self.swap_channels,
+            &ctx.gpu,
             &|| halt.requested(),
         );
         match started {
             Ok(media) => {
-                tracing::info!("{}: opened {} ({})", self.class, self.shown, media.codec());
+                let decoder = media.decoder();
+                decoder.announce(
+                    self.class,
+                    &self.shown,
+                    &ctx.node_name,
+                    self.last_decoder.as_ref(),
+                );
+                self.last_decoder = Some(decoder.clone());
                 self.media = Some(media);
                 Ok(())
             }
