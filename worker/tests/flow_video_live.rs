@@ -147,7 +147,7 @@ spec:
   - name: camera
     kind: producer
     finite: false
-    gpu: {{count: 1}}
+    gpu: {{count: 1, fallback: cpu}}
     component: {{builtin: videoflow.producers.video.VideoUrlReader}}
     params: {{url: "{}", nb_retries: -1, rtsp_transport: tcp}}
   - name: sink

@@ -9,6 +9,9 @@
 //!   (`Bytes::from_owner` over the frame), with no second copy, whenever its rows are
 //!   packed (`width × 3` a multiple of 32 bytes, as at 640, 1280, 1920 or 3840 pixels).
 //!   Other widths are copied once into packed rows.
+//! - When those bytes are dropped, the picture goes back to the converter's [`Pool`] for a
+//!   later frame of the same size: a fresh 6 MB buffer per 1080p frame would cost the
+//!   allocator's page faults on every frame, and the pool keeps memory flat.
 //! - With `swap_channels` the converter writes `RGB24` instead of `BGR24` and then swapping
 //!   every pixel, for 8-bit YUV pictures (what cameras and files nearly always carry):
 //!   swscale's RGB and BGR writers are mirror images there, so the bytes are the BGR ones
@@ -20,6 +23,8 @@
 //! layout libavcodec's own decoder gives for the same stream (an exact copy, no arithmetic),
 //! and then converted by the same context, so a GPU-decoded frame is converted exactly as
 //! a CPU-decoded one.
+
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use ffmpeg::format::Pixel;
@@ -38,16 +43,52 @@ pub(crate) struct Packed {
     pub data: Bytes,
 }
 
-/// A converted picture whose rows are packed, owned by the bytes that expose it.
+/// Converted pictures no longer referenced: more than the frames a reader keeps in flight
+/// (the node's queue, the one being converted, the one being published).
+const POOL_SIZE: usize = 4;
+
+/// Output pictures handed back when the bytes made of them are dropped (on whatever thread
+/// drops them), reused by the converter for the next frames of the same size and format.
+#[derive(Clone, Default)]
+struct Pool(Arc<Mutex<Vec<RawFrame>>>);
+
+impl Pool {
+    /// A free picture of `format` at `width × height`, if one came back; pictures of
+    /// another size are dropped (the stream changed size).
+    fn take(&self, format: Pixel, width: u32, height: u32) -> Option<RawFrame> {
+        let mut free = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        free.retain(|f| (f.format(), f.width(), f.height()) == (format, width, height));
+        free.pop()
+    }
+
+    fn give(&self, frame: RawFrame) {
+        let mut free = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if free.len() < POOL_SIZE {
+            free.push(frame);
+        }
+    }
+}
+
+/// A converted picture whose rows are packed, owned by the bytes that expose it; back to
+/// its pool when they are dropped.
 struct PackedPicture {
-    frame: RawFrame,
+    frame: Option<RawFrame>,
     len: usize,
+    pool: Pool,
 }
 
 impl AsRef<[u8]> for PackedPicture {
     fn as_ref(&self) -> &[u8] {
         // `len` was checked against plane 0 when the picture was wrapped.
-        &self.frame.data(0)[..self.len]
+        self.frame.as_ref().map_or(&[], |f| &f.data(0)[..self.len])
+    }
+}
+
+impl Drop for PackedPicture {
+    fn drop(&mut self) {
+        if let Some(frame) = self.frame.take() {
+            self.pool.give(frame);
+        }
     }
 }
 
@@ -84,6 +125,7 @@ pub(crate) struct Converter {
     /// Semi-planar → planar (NVDEC pictures), and the picture it writes.
     planar: Option<(scaling::Context, RawFrame)>,
     scaler: Option<scaling::Context>,
+    pool: Pool,
 }
 
 impl Converter {
@@ -93,6 +135,7 @@ impl Converter {
             rgb: swap_channels,
             planar: None,
             scaler: None,
+            pool: Pool::default(),
         }
     }
 
@@ -152,7 +195,10 @@ impl Converter {
         let Some(scaler) = self.scaler.as_mut() else {
             return Err("no colour converter".to_owned());
         };
-        let mut converted = RawFrame::new(output, width, height);
+        let mut converted = self
+            .pool
+            .take(output, width, height)
+            .unwrap_or_else(|| RawFrame::new(output, width, height));
         if converted.planes() == 0 {
             return Err(format!(
                 "no memory for a {width}×{height} picture (the conversion's output)"
@@ -178,8 +224,9 @@ impl Converter {
         }
         let data = if stride == row {
             Bytes::from_owner(PackedPicture {
-                frame: converted,
+                frame: Some(converted),
                 len: row * rows,
+                pool: self.pool.clone(),
             })
         } else {
             let src = converted.data(0);
@@ -312,6 +359,29 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(out.data.len(), w as usize * h as usize * 3);
         }
+    }
+
+    #[test]
+    fn a_dropped_frame_is_reused_and_a_held_one_never_is() {
+        let mut converter = Converter::new(false);
+        let a = pattern(Pixel::YUV420P, 1920, 8, 1);
+        let b = pattern(Pixel::YUV420P, 1920, 8, 2);
+        let first = converter.convert(&a).unwrap_or_else(|e| panic!("{e}"));
+        let want_a = first.data.to_vec();
+        let at = first.data.as_ptr();
+        drop(first);
+        // The dropped picture's buffer carries the next frame.
+        let second = converter.convert(&b).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(second.data.as_ptr(), at);
+        let want_b = Converter::new(false)
+            .convert(&b)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .data;
+        assert!(second.data == want_b);
+        // While held, a frame keeps its bytes: the next conversion gets another buffer.
+        let third = converter.convert(&a).unwrap_or_else(|e| panic!("{e}"));
+        assert_ne!(third.data.as_ptr(), second.data.as_ptr());
+        assert!(third.data == want_a[..] && second.data == want_b);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! A source being decoded and converted on threads of its own, frames handed to the node in
-//! display order, at most [`FRAMES_AHEAD`] converted frames ahead of it.
+//! display order, at most [`FRAMES_AHEAD`] converted frames ahead of it (a live source:
+//! [`LIVE_FRAMES_AHEAD`]).
 //!
 //! Two threads, in a pipeline: `vf-video-decode` opens the source ([`super::media`]),
 //! demuxes and decodes; `vf-video-convert` (started by it once the source is open) converts
@@ -20,9 +21,13 @@ use super::media::{Damage, Decoded, MediaFile, OpenFailure, Source};
 use super::nvdec::DecoderInUse;
 use crate::nodes::GpuPlacement;
 
-/// Converted frames queued for the node: enough to overlap decoding with publishing, few
-/// enough that memory stays a handful of frames whatever the file.
+/// Converted frames of a file queued for the node: enough to overlap decoding with
+/// publishing, few enough that memory stays a handful of frames whatever the file.
 const FRAMES_AHEAD: usize = 2;
+
+/// The same for a live source, which delivers in real time: a frame converted ahead only
+/// adds latency and a frame's memory (6 MB at 1080p) to a reader that keeps up anyway.
+const LIVE_FRAMES_AHEAD: usize = 1;
 
 /// Decoded pictures queued for the converter: one, so the decoder runs a picture ahead of
 /// the conversion and no further.
@@ -97,11 +102,11 @@ impl Decoding {
         halted: &dyn Fn() -> bool,
     ) -> Result<Decoding, OpenFailure> {
         let (opened_tx, opened_rx) = sync_channel::<Result<DecoderInUse, OpenFailure>>(1);
-        let (frames_tx, frames) = sync_channel(FRAMES_AHEAD);
-        let stall_timeout = match &source {
-            Source::File(..) => None,
-            Source::Live(live) => Some(live.stall_timeout),
+        let (ahead, stall_timeout) = match &source {
+            Source::File(..) => (FRAMES_AHEAD, None),
+            Source::Live(live) => (LIVE_FRAMES_AHEAD, Some(live.stall_timeout)),
         };
+        let (frames_tx, frames) = sync_channel(ahead);
         let gpu = gpu.clone();
         let thread = std::thread::Builder::new()
             .name("vf-video-decode".to_owned())

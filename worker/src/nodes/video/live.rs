@@ -38,6 +38,13 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// The default `stall_timeout_s`: OpenCV's FFmpeg backend gives up an open or a read after
 /// 30 s (`LIBAVFORMAT_INTERRUPT_OPEN/READ_DEFAULT_TIMEOUT_MS`).
 const DEFAULT_STALL_TIMEOUT_S: f64 = 30.0;
+/// The default `decoder_threads` of a live source: one. A live source arrives in real time,
+/// and one thread decodes 1080p H.264 many times faster than that (about 240 frames per
+/// second on the 2-core test machine); each frame thread would add a frame of latency and
+/// its pictures' memory (about 9 MB at 1080p), and FFmpeg's automatic count follows the
+/// machine's cores, not the pod's limit. A 4K or high-rate source can ask for more.
+const LIVE_DECODER_THREADS: i64 = 1;
+
 /// How often a backoff wait looks at the runtime's stop request and beats the health loop.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
 /// Decoding threads of given-up connections still blocked in FFmpeg (each ends within its
@@ -103,8 +110,8 @@ impl std::fmt::Debug for LiveReader {
 
 /// `VideoUrlReader` from its params: 1.0.4's `url` (required), `nb_frames=-1`,
 /// `nb_retries=0`, `swap_channels=True`, `timestamp_source='clock'`; ours:
-/// `rtsp_transport` (`auto` — TCP preferred, as OpenCV asks FFmpeg — `tcp` or `udp`) and
-/// `stall_timeout_s`.
+/// `rtsp_transport` (`auto` — TCP preferred, as OpenCV asks FFmpeg — `tcp` or `udp`),
+/// `stall_timeout_s` and `decoder_threads` (default [`LIVE_DECODER_THREADS`]).
 pub(crate) fn url_reader(p: &mut Params<'_>, class: &'static str) -> Result<LiveReader, VfError> {
     let url = p.required_string("url")?;
     if url.is_empty() || url.contains('\0') {
@@ -206,7 +213,7 @@ fn common(
     let nb_retries = p.int("nb_retries", 0)?;
     let swap_channels = p.bool("swap_channels", true)?;
     let timestamp_source = timestamp_source(p, class, "clock")?;
-    source.threads = decoder_threads(p)?;
+    source.threads = decoder_threads(p, LIVE_DECODER_THREADS)?;
     let stall = p.float("stall_timeout_s", DEFAULT_STALL_TIMEOUT_S)?;
     source.stall_timeout = p.seconds_value("stall_timeout_s", stall)?;
     if source.stall_timeout.is_zero() {

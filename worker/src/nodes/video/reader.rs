@@ -78,11 +78,11 @@ pub(crate) fn timestamp_source(
     }
 }
 
-/// `decoder_threads` (ours): the decoder's thread count, `0` (the default) for FFmpeg's
-/// automatic one (a thread per core of the machine, which in a pod with a CPU limit is more
-/// than it may use).
-pub(crate) fn decoder_threads(p: &mut Params<'_>) -> Result<usize, VfError> {
-    let n = p.int("decoder_threads", 0)?;
+/// `decoder_threads` (ours): the decoder's thread count, `0` for FFmpeg's automatic one (a
+/// thread per core of the machine plus one, which in a pod with a CPU limit is more than it
+/// may use); `default` when absent.
+pub(crate) fn decoder_threads(p: &mut Params<'_>, default: i64) -> Result<usize, VfError> {
+    let n = p.int("decoder_threads", default)?;
     match usize::try_from(n) {
         Ok(n) if n <= 64 => Ok(n),
         _ => Err(p.bad(
@@ -120,7 +120,7 @@ impl VideoFileReader {
         let swap_channels = p.bool("swap_channels", false)?;
         let nb_frames = p.int("nb_frames", -1)?;
         let timestamp_source = timestamp_source(p, class, "position")?;
-        let decoder_threads = decoder_threads(p)?;
+        let decoder_threads = decoder_threads(p, 0)?;
         Ok(VideoFileReader {
             class,
             video_file,
