@@ -230,6 +230,26 @@ pub fn lookup(name: &str) -> Option<&'static ClassSpec> {
     CLASSES.iter().find(|c| c.is_named(name))
 }
 
+/// The built-in producers that decode video themselves, and so may hold a GPU grant of
+/// their own to decode on NVDEC (the worker falls back to the CPU, reported, without one).
+const GPU_DECODING_PRODUCERS: &[&str] = &[
+    "videoflow.producers.video.VideoFileReader",
+    "videoflow.producers.video.VideoUrlReader",
+    "videoflow.producers.video.VideoDeviceReader",
+];
+
+/// Whether a node of `kind` running `builtin` (its class, when built-in) may declare `gpu`:
+/// every processor, and the producers that decode video (by any of their names).
+pub fn takes_gpu(kind: NodeKind, builtin: Option<&str>) -> bool {
+    match kind {
+        Processor => true,
+        Producer => builtin
+            .and_then(lookup)
+            .is_some_and(|c| GPU_DECODING_PRODUCERS.contains(&c.canonical)),
+        Consumer => false,
+    }
+}
+
 /// Every canonical class path, in catalog order.
 pub fn canonical_names() -> Vec<&'static str> {
     CLASSES.iter().map(|c| c.canonical).collect()

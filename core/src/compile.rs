@@ -290,12 +290,13 @@ fn node_spec(n: &NodeDecl, spec: &FlowSpec) -> NodeSpec {
         } else {
             1
         },
-        device_type: if is_processor && n.gpu.is_some() {
-            "gpu"
-        } else {
-            "cpu"
-        }
-        .to_owned(),
+        device_type:
+            if n.gpu.is_some() && crate::catalog::takes_gpu(n.kind, c.builtin.as_deref()) {
+                "gpu"
+            } else {
+                "cpu"
+            }
+            .to_owned(),
         is_finite: if n.kind == NodeKind::Producer {
             n.finite.unwrap_or(true)
         } else {

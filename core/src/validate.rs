@@ -723,12 +723,13 @@ fn check_node(
         }
     }
     if let Some(gpu) = &n.gpu {
-        if n.kind != NodeKind::Processor {
+        if !crate::catalog::takes_gpu(n.kind, n.component.builtin.as_deref()) {
             knob(
                 out,
                 "gpu",
                 format!(
-                    "'{}' is a {} with gpu settings; only processors run on GPUs.",
+                    "'{}' is a {} with gpu settings; only processors and the video readers \
+                     (which decode on the GPU) run on GPUs.",
                     n.name,
                     n.kind.as_str()
                 ),

@@ -313,6 +313,72 @@ fn the_stream_age_bound_is_checked_against_the_duplicate_window() {
     }
 }
 
+/// The video readers decode on NVDEC when they hold a GPU: `gpu` on them (under any of
+/// their names) is valid, compiles to device type `gpu` and renders the GPU variables; on
+/// any other producer, and on a consumer, it stays refused.
+#[test]
+fn gpu_on_a_video_reader_compiles_to_a_gpu_producer_and_nowhere_else_but_processors() {
+    use videoflow_core::env::{EnvContext, render_node_env};
+    for class in [
+        "videoflow.producers.video.VideoFileReader",
+        "videoflow.producers.VideofileReader",
+        "videoflow.producers.video.VideoUrlReader",
+        "videoflow.producers.video.VideoDeviceReader",
+    ] {
+        let text = flow(&format!(
+            "  - {{name: cam, kind: producer, gpu: {{count: 1, fallback: none}}, component: {{builtin: {class}}}, params: {{video_file: a.mp4, url: \"rtsp://h/s\", device_id: 0}}}}\n  - {{name: sink, kind: consumer, parents: [cam], component: {{builtin: videoflow.consumers.VoidConsumer}}}}\n"
+        ));
+        let codes: Vec<(String, String)> = error_codes(&text)
+            .into_iter()
+            .filter(|(_, p)| p.starts_with("spec.nodes[0].gpu"))
+            .collect();
+        assert!(codes.is_empty(), "{class}: {codes:?}");
+    }
+    let text = flow(
+        "  - {name: cam, kind: producer, gpu: {count: 1, fallback: none}, component: {builtin: videoflow.producers.video.VideoFileReader}, params: {video_file: a.mp4}}\n  - {name: sink, kind: consumer, parents: [cam], component: {builtin: videoflow.consumers.VoidConsumer}}\n",
+    );
+    assert!(error_codes(&text).is_empty(), "{:?}", error_codes(&text));
+    let doc = parse_flow(&text).expect("parses");
+    let compiled = compile(&doc).expect("compiles");
+    let cam = compiled
+        .nodes
+        .iter()
+        .find(|n| n.name == "cam")
+        .expect("cam");
+    assert_eq!(cam.device_type, "gpu");
+    let sink = compiled
+        .nodes
+        .iter()
+        .find(|n| n.name == "sink")
+        .expect("sink");
+    assert_eq!(sink.device_type, "cpu");
+    let ctx = EnvContext {
+        default_nats_url: Some("nats://127.0.0.1:4222".into()),
+        health_port: 0,
+    };
+    let env = render_node_env(&doc, &compiled, "cam", &ctx).expect("renders");
+    let var = |key: &str| env.get(key).and_then(|v| v.literal().map(str::to_owned));
+    assert_eq!(var("VF_DEVICE_TYPE").as_deref(), Some("gpu"));
+    assert_eq!(var("VF_GPU_COUNT").as_deref(), Some("1"));
+    assert_eq!(var("VF_GPU_FALLBACK").as_deref(), Some("none"));
+    for other in [
+        "  - {name: cam, kind: producer, gpu: {count: 1}, component: {builtin: videoflow.producers.video.ImageProducer}, params: {image_path: a.png}}\n  - {name: sink, kind: consumer, parents: [cam], component: {builtin: videoflow.consumers.VoidConsumer}}\n",
+        "  - {name: cam, kind: producer, gpu: {count: 1}, component: {exec: {command: [cam]}}}\n  - {name: sink, kind: consumer, parents: [cam], component: {builtin: videoflow.consumers.VoidConsumer}}\n",
+        "  - {name: cam, kind: producer, component: {builtin: videoflow.producers.video.VideoFileReader}, params: {video_file: a.mp4}}\n  - {name: sink, kind: consumer, parents: [cam], gpu: {count: 1}, component: {builtin: videoflow.rs.consumers.VideoFileWriter}, params: {video_file: o.mp4}}\n",
+    ] {
+        let paths: Vec<String> = error_codes(&flow(other))
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        assert!(
+            paths
+                .iter()
+                .any(|p| p == "spec.nodes[0].gpu" || p == "spec.nodes[1].gpu"),
+            "{other}: {paths:?}"
+        );
+    }
+}
+
 /// STREAM-15a: a single-parent node gets the Flow's credit or the default 64 as
 /// `VF_CREDIT_MESSAGES` (bytes as `VF_PREFETCH_BYTES`); a producer and a join get none.
 #[test]

@@ -11,7 +11,6 @@
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec};
-use videoflow_testkit::sample_on_cluster;
 use videoflow_operator::crd::Flow;
 use videoflow_operator::render::labels::{
     LABEL_COMPONENT, LABEL_FLOW, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME, LABEL_NODE,
@@ -20,6 +19,7 @@ use videoflow_operator::render::labels::{
 use videoflow_operator::render::{
     self, Object, RenderConfig, RenderError, Rendered, Workload, WorkloadKind,
 };
+use videoflow_testkit::sample_on_cluster;
 
 const UID: &str = "6f1c2d3e-0000-4000-8000-000000000001";
 

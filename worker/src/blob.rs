@@ -391,17 +391,50 @@ impl BlobStore {
     /// The blob is written before its counter, so a failure in between leaves a counterless
     /// blob that expires by TTL rather than a counter that could reclaim a blob early.
     pub async fn put(&self, bytes: &[u8], inner_payload_type: &str) -> Result<BlobRef, BlobError> {
+        let (set, reference) = self.set_command(bytes);
+        self.store(set, reference, bytes.len(), inner_payload_type)
+            .await
+    }
+
+    /// [`BlobStore::put`] that releases `bytes` as soon as the command holds its own copy,
+    /// so an encoded frame is not held twice across the round trip (6 MB at 1080p).
+    pub async fn put_owned(
+        &self,
+        bytes: Vec<u8>,
+        inner_payload_type: &str,
+    ) -> Result<BlobRef, BlobError> {
+        let (set, reference) = self.set_command(&bytes);
+        let size = bytes.len();
+        drop(bytes);
+        self.store(set, reference, size, inner_payload_type).await
+    }
+
+    /// `SET <new ref> <bytes> EX <ttl>`, its buffer sized once for the bytes.
+    fn set_command(&self, bytes: &[u8]) -> (redis::Cmd, String) {
         let hex = uuid::Uuid::new_v4().simple().to_string();
         let reference = format!("{BLOB_KEY_PREFIX}{hex}");
-        let mut set = redis::cmd("SET");
-        set.arg(&reference)
+        let mut set = redis::Cmd::with_capacity(5, bytes.len() + reference.len() + 32);
+        set.arg("SET")
+            .arg(&reference)
             .arg(bytes)
             .arg("EX")
             .arg(self.ttl_seconds);
+        (set, reference)
+    }
+
+    /// Runs the `SET` of a blob of `size` bytes, then its reader counter (BLOB-5).
+    async fn store(
+        &self,
+        set: redis::Cmd,
+        reference: String,
+        size: usize,
+        inner_payload_type: &str,
+    ) -> Result<BlobRef, BlobError> {
         self.link
             .query::<()>(&set)
             .await
-            .map_err(|e| classify(&e, format!("storing {} bytes", bytes.len())))?;
+            .map_err(|e| classify(&e, format!("storing {size} bytes")))?;
+        drop(set);
         if let Some(readers) = self.readers {
             let counter = counter_key(&reference);
             let mut set = redis::cmd("SET");
@@ -417,7 +450,7 @@ impl BlobStore {
         Ok(BlobRef {
             r#ref: reference,
             inner_payload_type: inner_payload_type.to_owned(),
-            size: bytes.len() as u64,
+            size: size as u64,
         })
     }
 
@@ -579,7 +612,7 @@ pub async fn offload_if_needed(
     })
     .await?;
     let blob_ref = store
-        .put(&bytes, &payload_type)
+        .put_owned(bytes, &payload_type)
         .await
         .map_err(BlobError::into_publish_error)?;
     barrier(Barrier::PayloadWriteAfter, || blob_ref.r#ref.clone()).await?;

@@ -39,6 +39,7 @@ use videoflow_core::partition::py_repr_str;
 use videoflow_core::scaling::Observation;
 
 use crate::config::{DeviceConfig, DeviceType};
+use crate::nodes::GpuPlacement;
 
 /// Bound on one `nvidia-smi` call (GPU-2): a wedged driver must not hang startup.
 pub const NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(5);
@@ -621,6 +622,27 @@ pub struct GrantReport {
 }
 
 impl GrantReport {
+    /// What a node that drives the GPU itself may use: the delivered devices, or why there
+    /// are none (an unobserved host is not "no device": the node may still try); with
+    /// `fallback` `none` the devices are required.
+    pub fn placement(&self, fallback: GpuFallback) -> GpuPlacement {
+        let why = if self.problems.is_empty() {
+            "no device was delivered".to_owned()
+        } else {
+            self.problems.join("; ")
+        };
+        if self.source == GrantSource::Unobserved {
+            GpuPlacement::Unobserved(why)
+        } else if self.delivered.is_empty() {
+            GpuPlacement::Denied(why)
+        } else {
+            GpuPlacement::Granted {
+                devices: self.delivered.iter().map(DeviceIdentity::id).collect(),
+                required: fallback == GpuFallback::None,
+            }
+        }
+    }
+
     /// `to_dict` (GPU-2), logged as one JSON line.
     pub fn to_json(&self) -> Json {
         json!({
@@ -915,17 +937,18 @@ pub fn verify_grant(
     Ok(r)
 }
 
-/// The worker's entry point (START-1 step 6): nothing unless the node is a processor with
-/// device type `gpu`; else [`verify_grant`] with the node's declarations, the grant and
-/// the masks, and the report logged as one JSON line.
+/// The worker's entry point (START-1 step 6): nothing unless the node is of a kind that
+/// takes a GPU (`takes_gpu`: a processor, or a producer — the video readers decode on
+/// NVDEC) with device type `gpu`; else [`verify_grant`] with the node's declarations, the
+/// grant and the masks, and the report logged as one JSON line.
 pub fn check_node(
     node: &str,
-    is_processor: bool,
+    takes_gpu: bool,
     device: &DeviceConfig,
     masks: Masks<'_>,
     probe: &dyn GpuProbe,
 ) -> Result<Option<GrantReport>, VfError> {
-    if !is_processor || device.device_type != DeviceType::Gpu {
+    if !takes_gpu || device.device_type != DeviceType::Gpu {
         return Ok(None);
     }
     let grant = match device.gpu_grant_json.as_deref().filter(|g| !g.is_empty()) {

@@ -119,6 +119,11 @@ enum Command {
         /// Require peer access between the devices (GPU-4).
         #[arg(long)]
         peer: bool,
+        /// Also decode this video file as a `VideoFileReader` on the grant would (NVDEC, or
+        /// the CPU and why) and compare its frames with a CPU decoding (`decode` in the
+        /// document).
+        #[arg(long)]
+        decode: Option<PathBuf>,
     },
     /// Compile a Flow file into `specs.json` (the per-node records provisioning reads).
     ///
@@ -323,6 +328,7 @@ fn run(env: Environment, command: Command) -> anyhow::Result<ExitCode> {
             count,
             fallback,
             peer,
+            decode,
         } => {
             let mut device = videoflow_worker::config::DeviceConfig::from_environment(&env)
                 .map_err(|e| anyhow::anyhow!("{}", e.render()))?;
@@ -340,7 +346,14 @@ fn run(env: Environment, command: Command) -> anyhow::Result<ExitCode> {
                 path: device.path.clone(),
                 ..NvidiaSmi::default()
             };
-            let (doc, opened) = videoflow_worker::gpu::inspect::inspect(&node, &device, nvml, &smi);
+            let decode = decode.map(|p| p.to_string_lossy().into_owned());
+            let (doc, opened) = videoflow_worker::gpu::inspect::inspect(
+                &node,
+                &device,
+                nvml,
+                &smi,
+                decode.as_deref(),
+            );
             println!("{doc}");
             Ok(if opened {
                 ExitCode::SUCCESS

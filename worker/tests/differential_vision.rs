@@ -350,6 +350,19 @@ fn crop_matches_the_reference_for_int_and_float_boxes() {
         ],
         // Reaching past the bottom edge (ymax 150 ≤ the width 160): cut at the edge.
         vec![im.clone(), Arg::i64s(&[1, 4], &[100, 10, 150, 20])],
+        // A detector's boxes, `[ymin, xmin, ymax, xmax, class, score]`: the first four
+        // columns are the box in both.
+        vec![
+            im.clone(),
+            Arg::f64s(
+                &[2, 6],
+                &[
+                    10.0, 20.0, 40.0, 60.0, 1.0, 0.9, 0.0, 0.0, 5.0, 5.0, 2.0, 0.5,
+                ],
+            ),
+        ],
+        // Three columns are not a box in either.
+        vec![im.clone(), Arg::i64s(&[1, 3], &[0, 0, 5])],
         // Negative and reversed boxes fail in both.
         vec![im.clone(), Arg::i64s(&[1, 4], &[-1, 0, 5, 5])],
         vec![im, Arg::i64s(&[1, 4], &[9, 0, 5, 5])],

@@ -138,3 +138,65 @@ fn a_file_cut_short_delivers_the_frames_before_the_cut_then_aborts_the_flow() {
     let sink = h.termination("sink", 0).expect("sink termination record");
     assert_eq!(sink["code"], "VF_UPSTREAM_ABORTED", "{sink}");
 }
+
+/// A reader declared on a GPU (`gpu: {count: 1}`), started with a recorded grant of one
+/// device as a launcher writes it: the worker's grant check delivers the device, the reader
+/// tries NVDEC (`h264_cuvid`), and where it cannot open — no NVIDIA driver here — decodes on
+/// the CPU with a WARN naming the decoder and FFmpeg's reason. Every frame still arrives
+/// intact (ffmpeg's `bgr24`). On a machine with NVDEC the start line names `h264_cuvid`.
+#[test]
+fn a_gpu_granted_reader_without_nvdec_decodes_on_the_cpu_and_says_why() {
+    let media = TempDir::new("flow-gpu");
+    let file = h264(&media, "in.mp4", &[]);
+    let want = cli_bgr_frames(&file);
+    let mut h = FlowHarness::new(&format!(
+        r#"
+apiVersion: videoflow.io/v1alpha1
+kind: Flow
+metadata: {{name: video-gpu}}
+spec:
+  type: batch
+  payloadStore: {{url: "{{{{REDIS}}}}"}}
+  nodes:
+  - name: video
+    kind: producer
+    gpu: {{count: 1, fallback: cpu}}
+    component: {{builtin: videoflow.producers.video.VideoFileReader}}
+    params: {{video_file: "{}"}}
+  - name: sink
+    kind: consumer
+    parents: [video]
+    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
+    params: {{path: "{{{{DIR}}}}/out.jsonl"}}
+"#,
+        file.display()
+    ));
+    assert_eq!(h.vars("video", 0)["VF_DEVICE_TYPE"], "gpu");
+    h.provision();
+    h.spawn("sink", 0, &[]);
+    let grant = r#"{"workload_id": "w-1", "devices": [{"ordinal": 0, "uuid": "GPU-aaaa1111", "product": "NVIDIA H200"}], "requested": 1, "host": "observed"}"#;
+    h.spawn("video", 0, &[("VF_GPU_GRANT_JSON", grant)]);
+    let exits = h.wait_all(Duration::from_secs(120));
+    h.assert_all_ok(&exits);
+    assert_intact(&records(&h), &want);
+    let log = h.log("video", 0);
+    assert!(
+        log.contains("node video GPU grant: ") && log.contains("\"delivered\":[\"GPU-aaaa1111\"]"),
+        "{log}"
+    );
+    if log.contains("decoded by h264_cuvid on the GPU (NVDEC)") {
+        return;
+    }
+    assert!(
+        log.contains("opened ") && log.contains("(h264 decoded by h264 on the CPU)"),
+        "{log}"
+    );
+    let warn = log
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("is decoded on the CPU, not on the GPU"))
+        .unwrap_or_else(|| panic!("no fallback warning: {log}"));
+    assert!(
+        warn.contains("(nvdec_open_failed): h264_cuvid did not open ("),
+        "{warn}"
+    );
+}

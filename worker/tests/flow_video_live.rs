@@ -113,3 +113,98 @@ spec:
         records.len()
     );
 }
+
+/// `GET /metrics` on localhost: the body, or `None` while nothing answers.
+fn scrape(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())
+}
+
+/// A live reader declared on a GPU with a recorded grant reports on `/metrics` the decoder
+/// it runs: NVDEC's (`hardware="gpu"`), or the CPU's with the fallback's reason — never a
+/// silent CPU run. Here, without an NVIDIA driver, the CPU one; the frames flow either way.
+#[test]
+fn a_gpu_granted_live_reader_reports_its_decoder_and_the_fallback_on_metrics() {
+    let m = media("flow-live-gpu");
+    let server = Server::start(&m.path, 0, false);
+    let mut h = FlowHarness::new(&format!(
+        r#"
+apiVersion: videoflow.io/v1alpha1
+kind: Flow
+metadata: {{name: camera-gpu}}
+spec:
+  type: realtime
+  nodes:
+  - name: camera
+    kind: producer
+    finite: false
+    gpu: {{count: 1, fallback: cpu}}
+    component: {{builtin: videoflow.producers.video.VideoUrlReader}}
+    params: {{url: "{}", nb_retries: -1, rtsp_transport: tcp}}
+  - name: sink
+    kind: consumer
+    parents: [camera]
+    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
+    params: {{path: "{{{{DIR}}}}/out.jsonl"}}
+"#,
+        server.url()
+    ));
+    let port = videoflow_testkit::free_port().expect("free port");
+    let grant = r#"{"workload_id": "w-2", "devices": [{"ordinal": 0, "uuid": "GPU-bbbb2222"}], "host": "observed"}"#;
+    h.provision();
+    h.spawn("sink", 0, &[]);
+    h.spawn(
+        "camera",
+        0,
+        &[
+            ("VF_GPU_GRANT_JSON", grant),
+            ("VF_HEALTH_PORT", &port.to_string()),
+        ],
+    );
+    h.wait_for_records("out.jsonl", 5, Duration::from_secs(60));
+    let line = h.wait_until(
+        "the decoder gauge on /metrics",
+        Duration::from_secs(30),
+        || {
+            let body = scrape(port).ok_or_else(|| "no answer".to_owned())?;
+            body.lines()
+                .find(|l| l.starts_with("videoflow_video_decoder{"))
+                .map(str::to_owned)
+                .ok_or(body)
+        },
+    );
+    let common = "videoflow_video_decoder{node=\"camera\",codec=\"h264\",";
+    let on_gpu = format!("{common}decoder=\"h264_cuvid\",hardware=\"gpu\",requested=\"gpu\"}} 1");
+    let on_cpu = format!(
+        "{common}decoder=\"h264\",hardware=\"cpu\",requested=\"gpu\",fallback=\"nvdec_open_failed\"}} 1"
+    );
+    assert!(line == on_gpu || line == on_cpu, "{line}");
+    let (flow, run) = (h.flow.flow_id.clone(), h.flow.run_id.clone());
+    let url = h.nats.url();
+    h.block_on(async {
+        let b = broker::connect(&url).await.expect("connect");
+        broker::send_control_stop(&b, &flow, &run)
+            .await
+            .expect("stop");
+    });
+    let exits = h.wait_all(Duration::from_secs(60));
+    h.assert_all_ok(&exits);
+    if line == on_cpu {
+        let log = h.log("camera", 0);
+        assert_eq!(
+            log.matches("is decoded on the CPU, not on the GPU it was granted (nvdec_open_failed)")
+                .count(),
+            1,
+            "one warning for the reason: {log}"
+        );
+    }
+}

@@ -5,8 +5,10 @@
 //!   verdict is `no-gpu`, exit 1, and the summary says so.
 //! - A fake `nvidia-smi` host (two H200 cards, two MIG instances) with NVML absent: every
 //!   check runs through the worker's `gpu` command; the mask and short-grant checks pass on
-//!   the fake host, the NVML-only ones (enumeration agreement, metrics) and NVDEC (no ffmpeg
-//!   on that PATH) fail, so the verdict is `fail`.
+//!   the fake host, the NVML-only ones (enumeration agreement, metrics) and NVDEC fail, so
+//!   the verdict is `fail`. NVDEC fails for the reason it fails here: FFmpeg's `h264_cuvid`
+//!   cannot load the driver, and our reader, granted the fake host's card, decodes on the
+//!   CPU and says so — with the CPU decoding's frames.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -93,8 +95,13 @@ fn a_fake_nvidia_smi_host_runs_every_check_and_fails_what_needs_nvml_or_nvdec() 
     )
     .expect("write");
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    // The fake alone on PATH: no ffmpeg either, so NVDEC fails the same way on a machine
-    // that has a GPU.
+    // The fake and FFmpeg's CLI on PATH (the NVDEC check makes its clip with it).
+    let ffmpeg = ["/usr/bin/ffmpeg", "/usr/local/bin/ffmpeg"]
+        .iter()
+        .map(Path::new)
+        .find(|p| p.is_file())
+        .expect("ffmpeg (scripts/install-deps installs it)");
+    std::os::unix::fs::symlink(ffmpeg, dir.join("ffmpeg")).expect("link ffmpeg");
     let (code, doc) = run_check(&dir.display().to_string());
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(code, Some(1), "{doc}");
@@ -112,4 +119,23 @@ fn a_fake_nvidia_smi_host_runs_every_check_and_fails_what_needs_nvml_or_nvdec() 
     for fail in ["enumeration", "metrics", "nvdec"] {
         assert_eq!(status(&doc, fail), "fail", "{fail}: {doc}");
     }
+    let nvdec = doc["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "nvdec"))
+        .expect("nvdec check");
+    assert!(
+        nvdec["nvdec_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("libnvcuvid")),
+        "{nvdec}"
+    );
+    let reader = &nvdec["reader"];
+    assert_eq!(reader["ok"], false, "{nvdec}");
+    assert_eq!(reader["hardware"], "cpu", "{nvdec}");
+    assert_eq!(reader["decoder"], "h264", "{nvdec}");
+    assert_eq!(reader["fallback"]["reason"], "nvdec_open_failed", "{nvdec}");
+    assert_eq!(reader["frames"], 120, "{nvdec}");
+    assert_eq!(reader["cpu_frames"], 120, "{nvdec}");
+    assert_eq!(reader["size"], serde_json::json!([720, 1280]), "{nvdec}");
+    assert_eq!(reader["bytes_match"], true, "{nvdec}");
 }

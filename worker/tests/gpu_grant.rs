@@ -892,3 +892,49 @@ fn recorded_samples_follow_the_inventory() {
         Observation::Unknown { .. }
     ));
 }
+
+/// What a node that drives its GPU itself (a video reader on NVDEC) is told by the report:
+/// the delivered devices (required under `fallback: none`), "unobserved" when no probe could
+/// look (it may still try), "denied" with the problems when none was delivered.
+#[test]
+fn the_report_places_a_node_on_its_devices_or_says_why_not() {
+    use videoflow_worker::nodes::GpuPlacement;
+    let absent = absent_nvml();
+    let nowhere = HostProbe {
+        nvml: &absent,
+        smi: NvidiaSmi {
+            path: Some("/nonexistent".into()),
+            timeout: Duration::from_millis(100),
+        },
+    };
+    let grant = |devices: &str| {
+        DeliveredGrant::parse(&format!(
+            r#"{{"workload_id": "w", "devices": {devices}, "host": "observed"}}"#
+        ))
+        .expect("grant")
+    };
+    let one = grant(r#"[{"ordinal": 0, "uuid": "GPU-aaaa1111"}]"#);
+    let r = gpu::report(1, Masks::default(), Some(&one), &nowhere);
+    assert_eq!(
+        r.placement(GpuFallback::Cpu),
+        GpuPlacement::Granted {
+            devices: vec!["GPU-aaaa1111".into()],
+            required: false
+        }
+    );
+    assert!(r.placement(GpuFallback::None).required());
+    let none = grant("[]");
+    match gpu::report(1, Masks::default(), Some(&none), &nowhere).placement(GpuFallback::Cpu) {
+        GpuPlacement::Denied(why) => assert_eq!(why, "requested 1 device(s), delivered 0"),
+        other => panic!("{other:?}"),
+    }
+    match gpu::report(1, Masks::default(), None, &nowhere).placement(GpuFallback::Cpu) {
+        GpuPlacement::Unobserved(why) => {
+            assert!(
+                why.starts_with("the GPU namespace could not be enumerated"),
+                "{why}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}

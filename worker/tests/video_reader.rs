@@ -18,7 +18,8 @@ use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::model::NodeKind;
 use videoflow_core::value::Value;
 use videoflow_worker::clock::wall_now;
-use videoflow_worker::nodes::{BuiltNode, NodeContext, Producer, build_node};
+use videoflow_worker::nodes::video::decode_twice;
+use videoflow_worker::nodes::{BuiltNode, GpuPlacement, NodeContext, Producer, build_node};
 
 const CLASS: &str = "videoflow.producers.video.VideoFileReader";
 
@@ -48,7 +49,11 @@ struct Out {
 
 /// Opens and drains `p`: every output, then how it ended (`None`: end of input).
 fn drain(p: &mut dyn Producer) -> (Vec<Out>, Option<VfError>) {
-    let mut ctx = NodeContext::new("f", "r", "video", 0);
+    drain_in(p, NodeContext::new("f", "r", "video", 0))
+}
+
+/// [`drain`] with the node's context `ctx` (its GPU placement).
+fn drain_in(p: &mut dyn Producer, mut ctx: NodeContext) -> (Vec<Out>, Option<VfError>) {
     if let Err(e) = p.open(&mut ctx) {
         return (Vec::new(), Some(e));
     }
@@ -409,4 +414,134 @@ fn damage_in_the_middle_delivers_clean_frames_before_it_then_a_typed_error() {
             assert_damage(end, &file.display().to_string(), got.len());
         }
     }
+}
+
+/// A reader whose node holds a GPU grant decodes on NVDEC — or, where NVDEC cannot open (no
+/// driver library here), on the CPU, saying why — and its frames are the CPU decoder's
+/// either way, in count and size, and on the CPU byte for byte `ffmpeg`'s `bgr24`.
+#[test]
+fn a_gpu_granted_reader_decodes_on_nvdec_or_falls_back_to_the_cpu_with_the_reason() {
+    let dir = TempDir::new("gpu-reader");
+    let file = h264(&dir, "in.mp4", &[]);
+    let want = cli_bgr_frames(&file);
+    let granted = GpuPlacement::Granted {
+        devices: vec!["GPU-aaaa1111".into()],
+        required: false,
+    };
+    let report = decode_twice(&file.display().to_string(), &granted);
+    let g = &report["granted"];
+    assert_eq!(report["cpu"]["hardware"], "cpu", "{report}");
+    assert_eq!(report["cpu"]["decoder"], "h264", "{report}");
+    assert_eq!(report["cpu"]["fallback"], Json::Null, "{report}");
+    assert_eq!(report["cpu"]["frames"], json!(FRAMES), "{report}");
+    assert_eq!(report["same_frames"], true, "{report}");
+    if g["hardware"] == "gpu" {
+        assert_eq!(g["decoder"], "h264_cuvid", "{report}");
+        assert_eq!(g["fallback"], Json::Null, "{report}");
+    } else {
+        assert_eq!(g["decoder"], "h264", "{report}");
+        assert_eq!(g["fallback"]["reason"], "nvdec_open_failed", "{report}");
+        let detail = g["fallback"]["detail"].as_str().unwrap_or_default();
+        assert!(detail.starts_with("h264_cuvid did not open ("), "{report}");
+        assert_eq!(report["bytes_match"], true, "{report}");
+        // Through the node: the granted reader's frames are ffmpeg's, index for index.
+        let mut node = reader(CLASS, json!({"video_file": file.display().to_string()}))
+            .unwrap_or_else(|e| panic!("{}", e.render()));
+        let mut ctx = NodeContext::new("f", "r", "video", 0);
+        ctx.gpu = granted.clone();
+        let (got, end) = drain_in(node.as_mut(), ctx);
+        assert!(end.is_none(), "{end:?}");
+        assert_frames(&got, &want);
+    }
+}
+
+/// A node that asked for a GPU and was delivered none, and a codec NVDEC does not decode:
+/// the CPU decodes, and the reason is the grant's, or the codec's.
+#[test]
+fn no_delivered_device_or_a_codec_without_nvdec_decodes_on_the_cpu_with_that_reason() {
+    let dir = TempDir::new("gpu-denied");
+    let file = h264(&dir, "in.mp4", &[]);
+    let denied = GpuPlacement::Denied("requested 1 device(s), delivered 0".into());
+    let report = decode_twice(&file.display().to_string(), &denied);
+    let g = &report["granted"];
+    assert_eq!(g["hardware"], "cpu", "{report}");
+    assert_eq!(g["fallback"]["reason"], "no_device", "{report}");
+    assert!(
+        g["fallback"]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("delivered 0")),
+        "{report}"
+    );
+    assert_eq!(report["bytes_match"], true, "{report}");
+    // Raw video has no NVDEC decoder, whatever the grant.
+    let raw = dir.join("raw.avi");
+    run_ffmpeg(&[
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc2=size=64x48:rate=25",
+        "-frames:v",
+        "5",
+        "-c:v",
+        "rawvideo",
+        "-pix_fmt",
+        "bgr24",
+        raw.to_str().unwrap_or_default(),
+    ]);
+    let unobserved = GpuPlacement::Unobserved("no probe answered".into());
+    let report = decode_twice(&raw.display().to_string(), &unobserved);
+    let g = &report["granted"];
+    assert_eq!(g["codec"], "rawvideo", "{report}");
+    assert_eq!(g["fallback"]["reason"], "codec_without_nvdec", "{report}");
+    assert_eq!(g["fallback"]["detail"], "NVDEC has no decoder for rawvideo");
+    assert_eq!(g["frames"], 5, "{report}");
+    assert_eq!(report["bytes_match"], true, "{report}");
+}
+
+/// A node that declared `gpu.fallback: none` is refused at `open()` when NVDEC cannot
+/// decode its file — `VF_RESOURCE_UNAVAILABLE` naming the file and why — instead of quietly
+/// decoding on the CPU (on a machine with NVDEC it opens on the GPU).
+#[test]
+fn a_reader_that_requires_its_gpu_is_refused_when_nvdec_cannot_decode() {
+    let dir = TempDir::new("gpu-required");
+    let file = h264(&dir, "in.mp4", &[]);
+    let path = file.display().to_string();
+    let required = GpuPlacement::Granted {
+        devices: vec!["GPU-aaaa1111".into()],
+        required: true,
+    };
+    let nvdec = decode_twice(
+        &path,
+        &GpuPlacement::Granted {
+            devices: vec!["GPU-aaaa1111".into()],
+            required: false,
+        },
+    );
+    let mut node =
+        reader(CLASS, json!({"video_file": path})).unwrap_or_else(|e| panic!("{}", e.render()));
+    let mut ctx = NodeContext::new("f", "r", "video", 0);
+    ctx.gpu = required;
+    let (got, end) = drain_in(node.as_mut(), ctx);
+    if nvdec["granted"]["hardware"] == "gpu" {
+        assert!(end.is_none(), "{end:?}");
+        assert_eq!(got.len(), FRAMES);
+        return;
+    }
+    let e = end.unwrap_or_else(|| panic!("opened without NVDEC"));
+    assert!(got.is_empty());
+    assert_eq!(e.code, ErrorCode::ResourceUnavailable, "{}", e.render());
+    assert!(
+        e.message.contains(&format!(
+            "video_file '{path}' must be decoded on the GPU (gpu.fallback: none), and NVDEC \
+             cannot: h264_cuvid did not open ("
+        )),
+        "{}",
+        e.render()
+    );
+    assert!(
+        e.remedy_text()
+            .is_some_and(|r| r.contains("gpu.fallback: cpu")),
+        "{}",
+        e.render()
+    );
 }

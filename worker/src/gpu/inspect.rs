@@ -4,14 +4,19 @@
 //!
 //! It holds: NVML's inventory (or why there is none), `nvidia-smi`'s enumeration (or why
 //! not), whether the two agree, the grant report or the refusal the node would exit with,
-//! and the `/metrics` lines the node would serve for its granted devices.
+//! and the `/metrics` lines the node would serve for its granted devices. With a video file
+//! it also decodes the file as a video reader on that grant would (NVDEC, or the CPU and
+//! why) and compares the frames with a CPU decoding.
 
 use serde_json::{Value as Json, json};
 use videoflow_core::scaling::Observation;
 
 use super::nvml::{NvmlSource, differences};
 use super::{DeviceIdentity, GpuProbe, HostProbe, Masks, NvidiaSmi, check_node, metrics};
+use videoflow_core::model::GpuFallback;
+
 use crate::config::DeviceConfig;
+use crate::nodes::GpuPlacement;
 
 fn identity_json(d: &DeviceIdentity) -> Json {
     json!({
@@ -30,13 +35,15 @@ fn unobserved(reason: &str, detail: &str) -> Json {
 }
 
 /// The inspection of `node` with the device settings in `device` (its `device_type` is
-/// taken as `gpu`), NVML from `nvml` and `nvidia-smi` from `smi`. The second value is
-/// whether the grant check let the node open.
+/// taken as `gpu`), NVML from `nvml` and `nvidia-smi` from `smi`; with `decode`, that video
+/// file decoded by the reader on the grant and on the CPU (`decode`: null when the node
+/// would be refused). The second value is whether the grant check let the node open.
 pub fn inspect(
     node: &str,
     device: &DeviceConfig,
     nvml: &dyn NvmlSource,
     smi: &NvidiaSmi,
+    decode: Option<&str>,
 ) -> (Json, bool) {
     let inventory = nvml.inventory();
     let nvml_json = match &inventory {
@@ -74,18 +81,25 @@ pub fn inspect(
         device_type: crate::config::DeviceType::Gpu,
         ..device.clone()
     };
-    let (report, refusal, ids, opened) = match check_node(node, true, &gpu_device, masks, &probe) {
+    let checked = check_node(node, true, &gpu_device, masks, &probe);
+    let (report, refusal, ids, placement) = match checked {
         Ok(Some(r)) => {
             let ids: Vec<String> = r.delivered.iter().map(DeviceIdentity::id).collect();
-            (r.to_json(), Json::Null, ids, true)
+            let fallback = device.gpu_fallback.unwrap_or(GpuFallback::Cpu);
+            (r.to_json(), Json::Null, ids, Some(r.placement(fallback)))
         }
-        Ok(None) => (Json::Null, Json::Null, Vec::new(), true),
+        Ok(None) => (Json::Null, Json::Null, Vec::new(), Some(GpuPlacement::Cpu)),
         Err(e) => (
             Json::Null,
             json!({"code": e.code.to_string(), "message": e.message, "remedy": e.remedy_text(), "exit_code": e.exit_code()}),
             Vec::new(),
-            false,
+            None,
         ),
+    };
+    let opened = placement.is_some();
+    let decoded = match (decode, &placement) {
+        (Some(file), Some(p)) => crate::nodes::video::decode_twice(file, p),
+        _ => Json::Null,
     };
     let doc = json!({
         "node": node,
@@ -98,6 +112,7 @@ pub fn inspect(
         "report": report,
         "refusal": refusal,
         "metrics": metrics::render(node, &ids, &nvml.samples(&ids)),
+        "decode": decoded,
     });
     (doc, opened)
 }

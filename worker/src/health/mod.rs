@@ -44,6 +44,8 @@ pub struct HealthState {
     last_beat_ms: AtomicU64,
     broker_up: Mutex<Option<BrokerProbe>>,
     extra: Mutex<Option<ExtraLines>>,
+    /// Lines a node sets about itself (a reader's decoder), by key, in first-set order.
+    info: Mutex<Vec<(&'static str, String)>>,
 }
 
 impl std::fmt::Debug for HealthState {
@@ -66,6 +68,7 @@ impl HealthState {
             last_beat_ms: AtomicU64::new(0),
             broker_up: Mutex::new(None),
             extra: Mutex::new(None),
+            info: Mutex::new(Vec::new()),
         }
     }
 
@@ -139,21 +142,43 @@ impl HealthState {
         }
     }
 
+    /// Sets (or replaces) the `/metrics` lines a node keeps under `key` — what it runs on,
+    /// e.g. a video reader's decoder — appended after the HEALTH-3 lines. Each line ends in
+    /// `\n`.
+    pub fn set_info(&self, key: &'static str, lines: String) {
+        let mut info = self
+            .info
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match info.iter_mut().find(|(k, _)| *k == key) {
+            Some(entry) => entry.1 = lines,
+            None => info.push((key, lines)),
+        }
+    }
+
     /// The `/metrics` body without the extra lines.
     pub fn render(&self) -> String {
         self.with_metrics(|m| m.render())
     }
 
-    /// The whole `/metrics` body: HEALTH-3, then the extra lines. Blocking.
+    /// The whole `/metrics` body: HEALTH-3, the node's info lines, then the extra lines.
+    /// Blocking.
     pub fn render_all(&self) -> String {
         let base = self.render();
-        let extra = self
-            .extra
+        let mut extra: String = self
+            .info
             .lock()
-            .ok()
-            .and_then(|e| e.clone())
-            .map(|f| f())
+            .map(|i| i.iter().map(|(_, lines)| lines.as_str()).collect())
             .unwrap_or_default();
+        extra.push_str(
+            &self
+                .extra
+                .lock()
+                .ok()
+                .and_then(|e| e.clone())
+                .map(|f| f())
+                .unwrap_or_default(),
+        );
         join_exposition(base, &extra)
     }
 }
@@ -199,6 +224,13 @@ pub fn mark_ready() {
 pub fn mark_finished() {
     if let Some(s) = global() {
         s.mark_finished();
+    }
+}
+
+/// Sets the installed state's info lines under `key` (no-op when none).
+pub fn set_info(key: &'static str, lines: String) {
+    if let Some(s) = global() {
+        s.set_info(key, lines);
     }
 }
 
@@ -344,6 +376,33 @@ mod tests {
         s.mark_finished();
         up.store(false, Ordering::Relaxed);
         assert!(s.is_ready(), "a held worker needs no broker");
+    }
+
+    #[test]
+    fn info_lines_follow_health_3_are_replaced_by_key_and_precede_the_extra_lines() {
+        let s = HealthState::new("cam");
+        s.with_metrics(|m| m.incr("messages_published", 1));
+        s.set_extra_metrics(|| {
+            "videoflow_gpu_observed{node=\"cam\",reason=\"missing\"} 0\n".into()
+        });
+        s.set_info(
+            "video_decoder",
+            "videoflow_video_decoder{node=\"cam\",decoder=\"h264_cuvid\"} 1\n".into(),
+        );
+        s.set_info(
+            "video_decoder",
+            "videoflow_video_decoder{node=\"cam\",decoder=\"h264\"} 1\n".into(),
+        );
+        assert_eq!(
+            s.render_all(),
+            "videoflow_messages_published_total{node=\"cam\"} 1\n\
+             videoflow_video_decoder{node=\"cam\",decoder=\"h264\"} 1\n\
+             videoflow_gpu_observed{node=\"cam\",reason=\"missing\"} 0\n"
+        );
+        assert_eq!(
+            s.render(),
+            "videoflow_messages_published_total{node=\"cam\"} 1\n"
+        );
     }
 
     #[test]

@@ -68,6 +68,47 @@ pub struct NodeContext {
     output_event_ts: Option<f64>,
     /// Whether the runtime wants the node to stop (a control stop, SIGTERM, SIGINT).
     pub halt: Halt,
+    /// What the GPU grant check (START-1 step 6) left this node to run on: what a node that
+    /// drives a GPU itself (the video readers' NVDEC decoding) decides by.
+    pub gpu: GpuPlacement,
+}
+
+/// The GPU a node may use, as the grant check found it before `open()`.
+///
+/// Why in the context and not read from the environment by the node: the grant check has
+/// already weighed the declaration, the recorded grant and the masks; a node that drives a
+/// GPU itself should act on that verdict, not on a second reading of its inputs.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum GpuPlacement {
+    /// The node asked for no GPU (`VF_DEVICE_TYPE=cpu`, the default).
+    #[default]
+    Cpu,
+    /// It asked, and the check delivered these devices (their ids, in CUDA index order).
+    /// `required`: it declared `gpu.fallback: none`, so work the GPU cannot take is refused
+    /// rather than run on the CPU.
+    Granted {
+        /// The delivered devices' ids.
+        devices: Vec<String>,
+        /// `gpu.fallback: none`.
+        required: bool,
+    },
+    /// It asked, and no probe could see the host's GPUs (no NVML, no `nvidia-smi`): whether
+    /// a device is there is unknown (the check's reason).
+    Unobserved(String),
+    /// It asked, and the check delivered no device (the check's problems).
+    Denied(String),
+}
+
+impl GpuPlacement {
+    /// Whether the node asked for a GPU at all.
+    pub fn requested(&self) -> bool {
+        !matches!(self, GpuPlacement::Cpu)
+    }
+
+    /// Whether the node declared it cannot run without its GPU (`gpu.fallback: none`).
+    pub fn required(&self) -> bool {
+        matches!(self, GpuPlacement::Granted { required: true, .. })
+    }
 }
 
 /// The runtime's "stop now" question, for a node that waits inside one call (a live

@@ -45,7 +45,7 @@ use videoflow_core::envelope::Payload;
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::value::Value;
 
-pub use context::{EnvelopeInfo, InputInfo, NodeContext};
+pub use context::{EnvelopeInfo, GpuPlacement, InputInfo, NodeContext};
 pub use registry::{BuiltNode, ConsumerOptions, build_node, canonical_class, known_classes};
 
 /// What one parent contributed to the input group handed to `process`/`consume`.

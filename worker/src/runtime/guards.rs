@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use videoflow_core::errors::{ErrorCode, VfError};
+use videoflow_core::model::GpuFallback;
 use videoflow_core::scaling::Observation;
 
 use crate::broker::{BoundDurable, Broker};
@@ -12,6 +13,7 @@ use crate::config::WorkerConfig;
 use crate::gpu::nvml::{NvmlLibrary, NvmlSource};
 use crate::gpu::{self, HostProbe, Masks, NvidiaSmi};
 use crate::health::{self, HealthServer};
+use crate::nodes::GpuPlacement;
 use crate::supervision::{
     PendingProbe, ProgressDeadline, ProgressWatchdog, exit_process, monotonic_clock,
 };
@@ -19,13 +21,14 @@ use crate::supervision::{
 /// Bound on one pending-work read from the deadline (the watchdog must never wait forever).
 const PENDING_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// START-1 step 6: the GPU grant check (processors with `VF_DEVICE_TYPE=gpu`), then the
-/// asset check, both off the async runtime (they load NVML or run `nvidia-smi`, and hash
-/// files). A checked GPU node's `/metrics` then carries its granted devices' figures.
+/// START-1 step 6: the GPU grant check (processors and producers with
+/// `VF_DEVICE_TYPE=gpu`), then the asset check, both off the async runtime (they load NVML
+/// or run `nvidia-smi`, and hash files). A checked GPU node's `/metrics` then carries its
+/// granted devices' figures. Returns what the node may run on.
 pub(crate) async fn device_checks(
     cfg: &Arc<WorkerConfig>,
-    is_processor: bool,
-) -> Result<(), VfError> {
+    takes_gpu: bool,
+) -> Result<GpuPlacement, VfError> {
     let cfg = cfg.clone();
     tokio::task::spawn_blocking(move || {
         let device = &cfg.device;
@@ -40,7 +43,11 @@ pub(crate) async fn device_checks(
             cuda: device.cuda_visible_devices.as_deref(),
             nvidia: device.nvidia_visible_devices.as_deref(),
         };
-        let report = gpu::check_node(&cfg.node_name, is_processor, device, masks, &probe)?;
+        let report = gpu::check_node(&cfg.node_name, takes_gpu, device, masks, &probe)?;
+        let fallback = device.gpu_fallback.unwrap_or(GpuFallback::Cpu);
+        let placement = report
+            .as_ref()
+            .map_or(GpuPlacement::Cpu, |r| r.placement(fallback));
         if let (Some(report), Some(state)) = (report, health::global()) {
             let node = cfg.node_name.clone();
             let ids: Vec<String> = report.delivered.iter().map(|d| d.id()).collect();
@@ -52,7 +59,7 @@ pub(crate) async fn device_checks(
             &crate::assets::hostname(device.hostname.as_deref()),
             &device.assets,
         )?;
-        Ok(())
+        Ok(placement)
     })
     .await
     .map_err(|e| VfError::new(ErrorCode::Unknown, format!("device checks: {e}")))?

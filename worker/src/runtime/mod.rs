@@ -105,7 +105,8 @@ async fn start(env: &Environment, signals: &Signals) -> Result<i32, VfError> {
         }
     };
     // Step 6: GPU grant check, then asset check — before any connection and `open()`.
-    guards::device_checks(&cfg, matches!(node, BuiltNode::Processor(_))).await?;
+    let takes_gpu = matches!(node, BuiltNode::Processor(_) | BuiltNode::Producer(_));
+    let gpu = guards::device_checks(&cfg, takes_gpu).await?;
     // Step 7: the runtime store; a replica without an id claims a slot (ENV-5 step 3), then
     // the run ledger under the replica id it ends up with.
     let store = crate::store::RuntimeStore::open(&cfg.runtime_store_url)?;
@@ -143,6 +144,7 @@ async fn start(env: &Environment, signals: &Signals) -> Result<i32, VfError> {
     )
     .await?;
     let mut ctx = NodeContext::new(&cfg.flow_id, &cfg.run_id, &cfg.node_name, replica);
+    ctx.gpu = gpu;
     let output = output_for(&cfg, &broker, blob.clone(), signals, replica)?.with_ledger(&ledger);
     if signals.interrupt.is_set() {
         return Ok(EXIT_INTERRUPTED); // START-3: SIGINT before the loop

@@ -67,6 +67,9 @@ impl Output {
     pub(crate) async fn start_data(&mut self, mut env: Envelope) -> Result<Pending, VfError> {
         let payload = std::mem::take(&mut env.payload);
         let (payload_type, bytes) = envelope::encode_payload(&payload).map_err(encode_error)?;
+        // The encoding holds its own copy: the node's value (a video frame's buffer, which
+        // its reader reuses) is released before the store round trip, not after.
+        drop(payload);
         let (payload_type, data) =
             blob::offload_if_needed(payload_type, bytes, self.threshold, self.blob.as_ref())
                 .await?;

@@ -8,10 +8,11 @@
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use ffmpeg_next::Rational;
 
+use super::decoding::Decoding;
 use super::encode::{Codec, Encoding, Picture};
-use super::media::Decoding;
 
 /// A colour counts as the box colour when every channel is within this of it (H.264 smears
 /// colours at thin edges).
@@ -76,8 +77,9 @@ fn wait_for(
 }
 
 /// One complete read: the report and the frames for the sheet.
-fn read(path: &str, color: [u8; 3]) -> Result<(VideoReport, Vec<Vec<u8>>), String> {
-    let mut decoding = Decoding::start(path, false, 0).map_err(|f| format!("{f:?}"))?;
+fn read(path: &str, color: [u8; 3]) -> Result<(VideoReport, Vec<Bytes>), String> {
+    let mut decoding = Decoding::start(path, false, 0, &crate::nodes::GpuPlacement::Cpu)
+        .map_err(|f| format!("{f:?}"))?;
     let mut frames = Vec::new();
     let mut report = VideoReport {
         frames: 0,
@@ -125,7 +127,7 @@ fn read(path: &str, color: [u8; 3]) -> Result<(VideoReport, Vec<Vec<u8>>), Strin
 }
 
 /// Tiles `frames` (`h × w` BGR each) two across into one PNG.
-fn write_sheet(path: &str, frames: &[Vec<u8>], [h, w]: [u32; 2]) -> Result<(), String> {
+fn write_sheet(path: &str, frames: &[Bytes], [h, w]: [u32; 2]) -> Result<(), String> {
     let (h, w) = (h as usize, w as usize);
     let cols = frames.len().clamp(1, 2);
     let rows = frames.len().div_ceil(cols);

@@ -14,9 +14,10 @@ use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::partition::py_repr_str;
 use videoflow_core::value::Tensor;
 
-use super::media::{Decoding, OpenFailure};
+use super::decoding::Decoding;
+use super::media::OpenFailure;
 use crate::nodes::params::Params;
-use crate::nodes::{NodeContext, Producer};
+use crate::nodes::{GpuPlacement, NodeContext, Producer};
 
 /// File name extensions the folder reader takes for images (compared lowercased).
 const IMAGE_EXTENSIONS: &[&str] = &[
@@ -35,7 +36,9 @@ fn failure_text(failure: &OpenFailure) -> String {
         OpenFailure::UnsupportedCodec(c) => format!("is coded with {c}, which has no decoder here"),
         OpenFailure::DecoderFailed(c, e) => format!("was refused by the {c} decoder ({e})"),
         OpenFailure::Thread(e) => format!("could not be decoded: {e}"),
-        OpenFailure::Unreachable(e) => format!("could not be opened: {e}"),
+        OpenFailure::Unreachable(e) | OpenFailure::GpuRequired(e) => {
+            format!("could not be opened: {e}")
+        }
     }
 }
 
@@ -43,7 +46,8 @@ fn failure_text(failure: &OpenFailure) -> String {
 /// what is wrong with the file.
 fn decode_image(path: &Path) -> Result<Tensor, String> {
     let text = path.to_str().ok_or("has a name that is not UTF-8")?;
-    let mut decoding = Decoding::start(text, true, 1).map_err(|f| failure_text(&f))?;
+    let mut decoding =
+        Decoding::start(text, true, 1, &GpuPlacement::Cpu).map_err(|f| failure_text(&f))?;
     let frame = decoding.next_frame();
     decoding.stop();
     match frame {

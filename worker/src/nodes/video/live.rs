@@ -22,8 +22,10 @@ use videoflow_core::partition::py_repr_str;
 use videoflow_core::redact::redact_url;
 use videoflow_core::value::{Tensor, Value};
 
-use super::media::{DecodedFrame, Decoding, LiveSource, OpenFailure, Source, supported_codecs};
-use super::reader::{TimestampSource, decoder_threads, timestamp_source};
+use super::decoding::{DecodedFrame, Decoding};
+use super::media::{LiveSource, OpenFailure, Source, supported_codecs};
+use super::nvdec::DecoderInUse;
+use super::reader::{TimestampSource, decoder_threads, gpu_required, timestamp_source};
 use crate::clock::wall_now;
 use crate::nodes::params::Params;
 use crate::nodes::{NodeContext, Producer};
@@ -36,6 +38,13 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// The default `stall_timeout_s`: OpenCV's FFmpeg backend gives up an open or a read after
 /// 30 s (`LIBAVFORMAT_INTERRUPT_OPEN/READ_DEFAULT_TIMEOUT_MS`).
 const DEFAULT_STALL_TIMEOUT_S: f64 = 30.0;
+/// The default `decoder_threads` of a live source: one. A live source arrives in real time,
+/// and one thread decodes 1080p H.264 many times faster than that (about 240 frames per
+/// second on the 2-core test machine); each frame thread would add a frame of latency and
+/// its pictures' memory (about 9 MB at 1080p), and FFmpeg's automatic count follows the
+/// machine's cores, not the pod's limit. A 4K or high-rate source can ask for more.
+const LIVE_DECODER_THREADS: i64 = 1;
+
 /// How often a backoff wait looks at the runtime's stop request and beats the health loop.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
 /// Decoding threads of given-up connections still blocked in FFmpeg (each ends within its
@@ -77,6 +86,9 @@ pub struct LiveReader {
     failures_in_row: u32,
     last_loss: Option<Loss>,
     media: Option<Decoding>,
+    /// The decoder of the last connection (a fallback to the CPU is warned about once per
+    /// reason, not at every reconnection).
+    last_decoder: Option<DecoderInUse>,
     /// See [`MAX_LINGERING`].
     lingering: Vec<std::thread::JoinHandle<()>>,
     ended: bool,
@@ -98,8 +110,8 @@ impl std::fmt::Debug for LiveReader {
 
 /// `VideoUrlReader` from its params: 1.0.4's `url` (required), `nb_frames=-1`,
 /// `nb_retries=0`, `swap_channels=True`, `timestamp_source='clock'`; ours:
-/// `rtsp_transport` (`auto` — TCP preferred, as OpenCV asks FFmpeg — `tcp` or `udp`) and
-/// `stall_timeout_s`.
+/// `rtsp_transport` (`auto` — TCP preferred, as OpenCV asks FFmpeg — `tcp` or `udp`),
+/// `stall_timeout_s` and `decoder_threads` (default [`LIVE_DECODER_THREADS`]).
 pub(crate) fn url_reader(p: &mut Params<'_>, class: &'static str) -> Result<LiveReader, VfError> {
     let url = p.required_string("url")?;
     if url.is_empty() || url.contains('\0') {
@@ -201,7 +213,7 @@ fn common(
     let nb_retries = p.int("nb_retries", 0)?;
     let swap_channels = p.bool("swap_channels", true)?;
     let timestamp_source = timestamp_source(p, class, "clock")?;
-    source.threads = decoder_threads(p)?;
+    source.threads = decoder_threads(p, LIVE_DECODER_THREADS)?;
     let stall = p.float("stall_timeout_s", DEFAULT_STALL_TIMEOUT_S)?;
     source.stall_timeout = p.seconds_value("stall_timeout_s", stall)?;
     if source.stall_timeout.is_zero() {
@@ -237,6 +249,7 @@ fn common(
         failures_in_row: 0,
         last_loss: None,
         media: None,
+        last_decoder: None,
         lingering: Vec::new(),
         ended: false,
     })
@@ -262,6 +275,9 @@ impl LiveReader {
     fn open_error(&self, failure: OpenFailure) -> VfError {
         let supported = supported_codecs().join(", ");
         let shown = py_repr_str(&self.shown);
+        if let OpenFailure::GpuRequired(why) = &failure {
+            return gpu_required(self.class, self.what(), &self.shown, why);
+        }
         let what = match failure {
             OpenFailure::NoVideoStream => format!("{} {shown} has no video stream", self.what()),
             OpenFailure::UnsupportedCodec(codec) => format!(
@@ -389,11 +405,19 @@ impl LiveReader {
         let started = Decoding::start_source(
             Source::Live(self.source.clone()),
             self.swap_channels,
+            &ctx.gpu,
             &|| halt.requested(),
         );
         match started {
             Ok(media) => {
-                tracing::info!("{}: opened {} ({})", self.class, self.shown, media.codec());
+                let decoder = media.decoder();
+                decoder.announce(
+                    self.class,
+                    &self.shown,
+                    &ctx.node_name,
+                    self.last_decoder.as_ref(),
+                );
+                self.last_decoder = Some(decoder.clone());
                 self.media = Some(media);
                 Ok(())
             }

@@ -1,13 +1,15 @@
-//! FFmpeg's libraries behind one small type: a local video file opened, demuxed, decoded and
-//! converted to packed 8-bit BGR, one frame per call.
+//! FFmpeg's libraries behind one small type: a video file (or live source) opened, demuxed
+//! and decoded, one picture per call, in display order.
 //!
 //! Why these settings: the reference reads files through OpenCV's FFmpeg backend, and frames
-//! must match it byte for byte. That backend takes the first video stream, decodes with
-//! libavcodec's own decoder, and converts every frame with an swscale context to `BGR24` with
-//! `SWS_BICUBIC` at the decoded size (for a conversion without resizing this selects swscale's
-//! unscaled YUV→RGB path, so the result is what `ffmpeg -pix_fmt bgr24` writes). Its frame
+//! must match it byte for byte. That backend takes the first video stream and decodes with
+//! libavcodec's own decoder (its pictures are converted as [`super::convert`] says). Its frame
 //! position is `(pts − stream start) × time base`, taking the packet's dts when a frame's pts
 //! is missing or 0 — kept here as [`position_ms`] so the `position` timestamps match too.
+//!
+//! A node holding a GPU grant decodes with FFmpeg's NVDEC decoder for the codec instead
+//! (`h264_cuvid`, …, chosen by [`super::nvdec`]); when that decoder does not open, the CPU
+//! one does, and the [`DecoderInUse`] says why.
 //!
 //! Where this is stricter than OpenCV: a decoder or demuxer error ends the file with an error
 //! that names the file and the place ([`Damage`]), after the frames decoded before it, where
@@ -16,34 +18,24 @@
 //! the safe bindings do not expose) is delivered as decoded, as OpenCV does.
 
 use std::path::Path;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ffmpeg::codec::decoder::Check;
 use ffmpeg::codec::{self, threading};
-use ffmpeg::format::Pixel;
-use ffmpeg::software::scaling::{self, Flags};
 use ffmpeg::util::frame::video::Video as RawFrame;
 use ffmpeg::{Packet, Rational, media};
 use ffmpeg_next as ffmpeg;
 
+use super::nvdec::{self, DecoderInUse, Plan};
+use crate::nodes::GpuPlacement;
+
 /// FFmpeg's "no timestamp" (`AV_NOPTS_VALUE`).
 const NOPTS: i64 = i64::MIN;
 
-/// Frames decoded ahead of the node: enough to overlap decoding with publishing, few enough
-/// that memory stays a handful of frames whatever the file.
-const FRAMES_AHEAD: usize = 2;
-
-/// One decoded frame, packed (no row padding): `height × width × 3` bytes.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct DecodedFrame {
-    /// Pixels per row.
-    pub width: u32,
-    /// Rows.
-    pub height: u32,
-    /// `BGR` (or `RGB` when asked to swap) bytes, row after row.
-    pub data: Vec<u8>,
+/// One decoded picture, as the decoder gave it, and its place on the timeline.
+pub(crate) struct Decoded {
+    /// The picture (any pixel format; NVDEC's are semi-planar).
+    pub picture: RawFrame,
     /// Where the frame sits on the file's timeline, in milliseconds, as OpenCV's
     /// `CAP_PROP_POS_MSEC` reports it after reading this frame.
     pub position_ms: f64,
@@ -72,6 +64,9 @@ pub(crate) enum OpenFailure {
     Thread(String),
     /// A live source could not be opened (FFmpeg's reason: refused, not found, timed out).
     Unreachable(String),
+    /// The node requires its GPU (`gpu.fallback: none`) and NVDEC cannot decode the stream
+    /// (the fallback's details).
+    GpuRequired(String),
 }
 
 /// Where reading stopped on damage, after the frames before it were delivered.
@@ -83,7 +78,7 @@ pub(crate) struct Damage {
     pub reason: String,
 }
 
-/// What a [`Decoding`] reads: a local file, or a live source (a URL or a capture device).
+/// What is read: a local file, or a live source (a URL or a capture device).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Source {
     /// A local file (its path, and the decoder's thread count: 0 lets FFmpeg pick), read
@@ -117,239 +112,15 @@ enum Phase {
     Finished,
 }
 
-/// What the decoding thread hands the node, in order.
-enum Message {
-    Frame(DecodedFrame),
-    End,
-    Damaged(Damage),
-}
-
-/// A file being decoded on a thread of its own (`vf-video-decode`), at most
-/// [`FRAMES_AHEAD`] frames ahead of the node.
-///
-/// Why a thread: FFmpeg's scaler context is not `Send`, while a node moves between the
-/// threads the runtime builds and runs it on; the thread also decodes the next frame while
-/// the runtime publishes this one. Dropping the `Decoding` ends the thread at its next frame.
-pub(crate) struct Decoding {
-    frames: Receiver<Message>,
-    thread: Option<JoinHandle<()>>,
-    codec: String,
-    /// A live source's bound on each wait for the decoding thread (open, next frame).
-    stall_timeout: Option<Duration>,
-}
-
-/// How often a wait on a live source looks at the node's halt request.
-const HALT_POLL: Duration = Duration::from_millis(50);
-
-impl Decoding {
-    /// Opens `path` on a new decoding thread; frames come out BGR, or RGB with
-    /// `swap_channels`.
-    /// `threads` decoder threads (0: FFmpeg's automatic count).
-    pub(crate) fn start(
-        path: &str,
-        swap_channels: bool,
-        threads: usize,
-    ) -> Result<Decoding, OpenFailure> {
-        Decoding::start_source(
-            Source::File(path.to_owned(), threads),
-            swap_channels,
-            &|| false,
-        )
-    }
-
-    /// Opens `source` on a new decoding thread. A live source's open is given up (as
-    /// [`OpenFailure::Unreachable`]) after its stall timeout, or once `halted` says the
-    /// node is stopping; the thread is then left to end on its own (FFmpeg's socket timeout
-    /// bounds it), see [`Decoding::abandon`].
-    pub(crate) fn start_source(
-        source: Source,
-        swap_channels: bool,
-        halted: &dyn Fn() -> bool,
-    ) -> Result<Decoding, OpenFailure> {
-        let (opened_tx, opened_rx) = sync_channel::<Result<String, OpenFailure>>(1);
-        let (frames_tx, frames) = sync_channel(FRAMES_AHEAD);
-        let stall_timeout = match &source {
-            Source::File(..) => None,
-            Source::Live(live) => Some(live.stall_timeout),
-        };
-        let thread = std::thread::Builder::new()
-            .name("vf-video-decode".to_owned())
-            .spawn(move || decode(&source, swap_channels, &opened_tx, &frames_tx))
-            .map_err(|e| OpenFailure::Thread(e.to_string()))?;
-        let mut decoding = Decoding {
-            frames,
-            thread: Some(thread),
-            codec: String::new(),
-            stall_timeout,
-        };
-        let started = Instant::now();
-        let opened = loop {
-            let Some(bound) = stall_timeout else {
-                break opened_rx.recv().map_err(|_| ());
-            };
-            match opened_rx.recv_timeout(HALT_POLL) {
-                Ok(result) => break Ok(result),
-                Err(RecvTimeoutError::Disconnected) => break Err(()),
-                Err(RecvTimeoutError::Timeout) => {
-                    let why = if halted() {
-                        "the node is stopping".to_owned()
-                    } else if started.elapsed() >= bound {
-                        stalled(bound)
-                    } else {
-                        continue;
-                    };
-                    drop(decoding.abandon());
-                    return Err(OpenFailure::Unreachable(why));
-                }
-            }
-        };
-        match opened {
-            Ok(Ok(codec)) => {
-                decoding.codec = codec;
-                Ok(decoding)
-            }
-            Ok(Err(failure)) => {
-                decoding.join();
-                Err(failure)
-            }
-            Err(()) => Err(OpenFailure::Thread(decoding.join())),
-        }
-    }
-
-    /// As [`Decoding::next_frame`] for a live source: a wait ends early with `Ok(None)`
-    /// once `halted` says the node is stopping, and with a stall (as damage) when no frame
-    /// came within the stall timeout.
-    pub(crate) fn next_frame_unless(
-        &mut self,
-        halted: &dyn Fn() -> bool,
-    ) -> Result<Option<DecodedFrame>, Damage> {
-        let started = Instant::now();
-        loop {
-            match self.frames.recv_timeout(HALT_POLL) {
-                Ok(Message::Frame(frame)) => return Ok(Some(frame)),
-                Ok(Message::End) => return Ok(None),
-                Ok(Message::Damaged(damage)) => return Err(damage),
-                Err(RecvTimeoutError::Timeout) => {
-                    if halted() {
-                        return Ok(None);
-                    }
-                    if let Some(bound) = self.stall_timeout.filter(|b| started.elapsed() >= *b) {
-                        return Err(Damage {
-                            byte_offset: None,
-                            reason: stalled(bound),
-                        });
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    let reason = self.join();
-                    return Err(Damage {
-                        byte_offset: None,
-                        reason: format!("the decoding thread stopped: {reason}"),
-                    });
-                }
-            }
-        }
-    }
-
-    /// Hangs up without waiting: the thread ends at its next frame, or when FFmpeg's
-    /// blocked read returns (a live source's socket timeout bounds that); its handle is
-    /// returned so the caller can bound how many such threads linger.
-    pub(crate) fn abandon(mut self) -> Option<JoinHandle<()>> {
-        let (_, dead) = sync_channel(0);
-        drop(std::mem::replace(&mut self.frames, dead));
-        self.thread.take()
-    }
-
-    /// The codec's FFmpeg name (`h264`, `hevc`, …).
-    pub(crate) fn codec(&self) -> &str {
-        &self.codec
-    }
-
-    /// The next frame, `Ok(None)` after the last one, or the damage that ended the file.
-    pub(crate) fn next_frame(&mut self) -> Result<Option<DecodedFrame>, Damage> {
-        match self.frames.recv() {
-            Ok(Message::Frame(frame)) => Ok(Some(frame)),
-            Ok(Message::End) => Ok(None),
-            Ok(Message::Damaged(damage)) => Err(damage),
-            Err(_) => {
-                let reason = self.join();
-                Err(Damage {
-                    byte_offset: None,
-                    reason: format!("the decoding thread stopped: {reason}"),
-                })
-            }
-        }
-    }
-
-    /// Waits for the thread to end; its panic text, if it panicked.
-    fn join(&mut self) -> String {
-        let Some(thread) = self.thread.take() else {
-            return "it had ended".to_owned();
-        };
-        match thread.join() {
-            Ok(()) => "it ended early".to_owned(),
-            Err(panic) => panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "it panicked".to_owned()),
-        }
-    }
-
-    /// Stops the thread (at its next frame) and waits for it, so the file and the decoder
-    /// are released when this returns.
-    pub(crate) fn stop(mut self) {
-        let (_, dead) = sync_channel(0);
-        // Replacing the receiver drops it: the thread's next send fails and it returns.
-        drop(std::mem::replace(&mut self.frames, dead));
-        self.join();
-    }
-}
-
-/// The decoding thread: open, report, then frames until the end, damage, or the node
-/// hanging up.
-fn decode(
-    source: &Source,
-    swap_channels: bool,
-    opened: &SyncSender<Result<String, OpenFailure>>,
-    frames: &SyncSender<Message>,
-) {
-    let opening = match source {
-        Source::File(path, threads) => MediaFile::open(path, *threads),
-        Source::Live(live) => MediaFile::open_live(live),
-    };
-    let mut media = match opening {
-        Ok(media) => media,
-        Err(failure) => {
-            let _ = opened.send(Err(failure));
-            return;
-        }
-    };
-    if opened.send(Ok(media.codec_name())).is_err() {
-        return;
-    }
-    loop {
-        let (message, last) = match media.next_frame(swap_channels) {
-            Ok(Some(frame)) => (Message::Frame(frame), false),
-            Ok(None) => (Message::End, true),
-            Err(damage) => (Message::Damaged(damage), true),
-        };
-        if frames.send(message).is_err() || last {
-            return;
-        }
-    }
-}
-
-/// An open video file; see the module docs. Lives on the decoding thread.
-struct MediaFile {
+/// An open video file or live source; see the module docs. Lives on the decoding thread.
+pub(crate) struct MediaFile {
     input: ffmpeg::format::context::Input,
     stream_index: usize,
     time_base: Rational,
     start_time: i64,
     decoder: codec::decoder::Video,
-    scaler: Option<scaling::Context>,
+    in_use: DecoderInUse,
     decoded: RawFrame,
-    converted: RawFrame,
     phase: Phase,
     /// Damage seen while the decoder still held good frames: reported once they are out.
     damage: Option<Damage>,
@@ -407,9 +178,54 @@ pub(crate) fn libavcodec_version() -> String {
     format!("{}.{}.{}", v >> 16, (v >> 8) & 0xff, v & 0xff)
 }
 
+/// Where a container runtime puts the NVIDIA driver's libraries: where `libnvcuvid.so.1` is
+/// looked for when an NVDEC decoder does not open, to name the likely cause.
+const DRIVER_LIBRARY_DIRS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/local/nvidia/lib64",
+    "/usr/local/nvidia/lib",
+];
+
+/// Whether the driver's NVDEC library is in one of [`DRIVER_LIBRARY_DIRS`].
+fn nvcuvid_installed() -> bool {
+    DRIVER_LIBRARY_DIRS
+        .iter()
+        .any(|d| Path::new(d).join("libnvcuvid.so.1").exists())
+}
+
+/// The NVDEC decoder `name` for the stream `parameters` describe, or why it did not open.
+fn open_nvdec(
+    parameters: codec::Parameters,
+    name: &'static str,
+    live: bool,
+) -> Result<codec::decoder::Video, nvdec::Fallback> {
+    let failed = |e: &dyn std::fmt::Display| nvdec::open_failed(name, &e.to_string(), true);
+    let Some(found) = codec::decoder::find_by_name(name) else {
+        return Err(failed(&"FFmpeg has no decoder of that name"));
+    };
+    let mut decoder = codec::context::Context::from_parameters(parameters)
+        .map_err(|e| failed(&e))?
+        .decoder();
+    if !live {
+        decoder.check(Check::EXPLODE);
+    }
+    decoder
+        .open_as(found)
+        .and_then(|opened| opened.video())
+        .map_err(|e| nvdec::open_failed(name, &e.to_string(), nvcuvid_installed()))
+}
+
 impl MediaFile {
-    /// Opens `path` (a local file, never a URL) and its first video stream's decoder.
-    fn open(path: &str, threads: usize) -> Result<MediaFile, OpenFailure> {
+    /// Opens `path` (a local file, never a URL) and its first video stream's decoder, on
+    /// NVDEC when `gpu` says the node holds a GPU.
+    pub(crate) fn open(
+        path: &str,
+        threads: usize,
+        gpu: &GpuPlacement,
+    ) -> Result<MediaFile, OpenFailure> {
         init();
         if path.contains('\0') {
             return Err(OpenFailure::BadPath);
@@ -426,14 +242,16 @@ impl MediaFile {
         let url = format!("file:{path}");
         let input =
             ffmpeg::format::input(&url).map_err(|e| OpenFailure::NotMedia(e.to_string()))?;
-        MediaFile::with_input(input, false, threads)
+        MediaFile::with_input(input, false, threads, gpu)
     }
 
-    /// The first video stream of an opened input and its decoder.
+    /// The first video stream of an opened input and its decoder: NVDEC's when the plan
+    /// says so and it opens, else libavcodec's own.
     fn with_input(
         input: ffmpeg::format::context::Input,
         live: bool,
         threads: usize,
+        gpu: &GpuPlacement,
     ) -> Result<MediaFile, OpenFailure> {
         // The first video stream, as OpenCV picks it (not FFmpeg's "best" one).
         let stream = input
@@ -445,8 +263,36 @@ impl MediaFile {
         let start_time = stream.start_time();
         let parameters = stream.parameters();
         let id = parameters.id();
+        let codec = codec_name(id);
+        let in_ffmpeg = |name: &str| codec::decoder::find_by_name(name).is_some();
+        let fallback = match nvdec::plan(gpu, &codec, &in_ffmpeg) {
+            Plan::Cpu => None,
+            Plan::Fallback(f) => Some(f),
+            Plan::Nvdec(name) => match open_nvdec(stream.parameters(), name, live) {
+                Ok(decoder) => {
+                    let in_use = DecoderInUse {
+                        codec,
+                        decoder: name.to_owned(),
+                        gpu: true,
+                        requested_gpu: true,
+                        fallback: None,
+                    };
+                    return Ok(MediaFile::with_decoder(
+                        input,
+                        (stream_index, time_base, start_time),
+                        decoder,
+                        in_use,
+                        live,
+                    ));
+                }
+                Err(f) => Some(f),
+            },
+        };
+        if let Some(f) = fallback.as_ref().filter(|_| gpu.required()) {
+            return Err(OpenFailure::GpuRequired(f.detail.clone()));
+        }
         let Some(found) = codec::decoder::find(id) else {
-            return Err(OpenFailure::UnsupportedCodec(codec_name(id)));
+            return Err(OpenFailure::UnsupportedCodec(codec));
         };
         let mut context = codec::context::Context::from_parameters(parameters)
             .map_err(|e| OpenFailure::DecoderFailed(found.name().to_owned(), e.to_string()))?;
@@ -468,27 +314,54 @@ impl MediaFile {
             .open_as(found)
             .and_then(|opened| opened.video())
             .map_err(|e| OpenFailure::DecoderFailed(found.name().to_owned(), e.to_string()))?;
-        Ok(MediaFile {
+        let in_use = DecoderInUse {
+            codec,
+            decoder: found.name().to_owned(),
+            gpu: false,
+            requested_gpu: gpu.requested(),
+            fallback,
+        };
+        Ok(MediaFile::with_decoder(
+            input,
+            (stream_index, time_base, start_time),
+            decoder,
+            in_use,
+            live,
+        ))
+    }
+
+    /// The state of a file whose stream `(index, time base, start time)` is decoded by
+    /// `decoder`.
+    fn with_decoder(
+        input: ffmpeg::format::context::Input,
+        (stream_index, time_base, start_time): (usize, Rational, i64),
+        decoder: codec::decoder::Video,
+        in_use: DecoderInUse,
+        live: bool,
+    ) -> MediaFile {
+        MediaFile {
             input,
             stream_index,
             time_base,
             start_time,
             decoder,
-            scaler: None,
+            in_use,
             decoded: RawFrame::empty(),
-            converted: RawFrame::empty(),
             phase: Phase::Reading,
             damage: None,
             next_pts: None,
             delivered: 0,
             live,
             waiting_for_key: live,
-        })
+        }
     }
 
     /// Opens a live source through FFmpeg's own URL or device handling, with
-    /// `live.options`.
-    fn open_live(live: &LiveSource) -> Result<MediaFile, OpenFailure> {
+    /// `live.options`; on NVDEC as [`MediaFile::open`].
+    pub(crate) fn open_live(
+        live: &LiveSource,
+        gpu: &GpuPlacement,
+    ) -> Result<MediaFile, OpenFailure> {
         init();
         if live.target.contains('\0') {
             return Err(OpenFailure::BadPath);
@@ -520,20 +393,20 @@ impl MediaFile {
             )),
             e => OpenFailure::Unreachable(e.to_string()),
         })?;
-        MediaFile::with_input(input, true, live.threads)
+        MediaFile::with_input(input, true, live.threads, gpu)
     }
 
-    /// The codec's FFmpeg name (`h264`, `hevc`, …).
-    fn codec_name(&self) -> String {
-        codec_name(self.decoder.id())
+    /// The decoder it opened, and why not NVDEC when NVDEC was asked for.
+    pub(crate) fn decoder_in_use(&self) -> &DecoderInUse {
+        &self.in_use
     }
 
-    /// The next frame in display order, `Ok(None)` after the last one, or the damage that
+    /// The next picture in display order, `Ok(None)` after the last one, or the damage that
     /// ended the file once every frame decoded before it was returned.
-    fn next_frame(&mut self, swap_channels: bool) -> Result<Option<DecodedFrame>, Damage> {
+    pub(crate) fn next_frame(&mut self) -> Result<Option<Decoded>, Damage> {
         loop {
             match self.decoder.receive_frame(&mut self.decoded) {
-                Ok(()) => return self.take_decoded(swap_channels).map(Some),
+                Ok(()) => return self.take_decoded().map(Some),
                 Err(ffmpeg::Error::Eof) => {
                     self.phase = Phase::Finished;
                     return match self.damage.take() {
@@ -662,8 +535,8 @@ impl MediaFile {
         }
     }
 
-    /// Converts the frame just decoded, unless damage before it ends the file here.
-    fn take_decoded(&mut self, swap_channels: bool) -> Result<DecodedFrame, Damage> {
+    /// Hands out the picture just decoded, unless damage before it ends the file here.
+    fn take_decoded(&mut self) -> Result<Decoded, Damage> {
         let pts = self.decoded.pts();
         if self.damage.is_some() {
             // After damage, only frames that follow the last delivered one without a gap
@@ -702,85 +575,14 @@ impl MediaFile {
             self.start_time,
             self.time_base,
         );
-        let frame = self.convert(swap_channels).map_err(|reason| Damage {
-            byte_offset: None,
-            reason,
-        })?;
         self.delivered += 1;
-        Ok(DecodedFrame {
+        // The next picture is received into a fresh frame: this one goes to the converter.
+        let picture = std::mem::replace(&mut self.decoded, RawFrame::empty());
+        Ok(Decoded {
+            picture,
             position_ms,
-            ..frame
         })
     }
-
-    /// The decoded picture as packed BGR (or RGB) bytes.
-    fn convert(&mut self, swap_channels: bool) -> Result<DecodedFrame, String> {
-        let (format, width, height) = (
-            self.decoded.format(),
-            self.decoded.width(),
-            self.decoded.height(),
-        );
-        if width == 0 || height == 0 {
-            return Err("the decoder returned an empty picture".to_owned());
-        }
-        let stale = self.scaler.as_ref().is_none_or(|s| {
-            let i = s.input();
-            (i.format, i.width, i.height) != (format, width, height)
-        });
-        if stale {
-            // As sws_getCachedContext: a new context only when the picture changes.
-            let scaler = scaling::Context::get(
-                format,
-                width,
-                height,
-                Pixel::BGR24,
-                width,
-                height,
-                Flags::BICUBIC,
-            )
-            .map_err(|e| format!("cannot convert {format:?} pictures to BGR: {e}"))?;
-            self.scaler = Some(scaler);
-            self.converted = RawFrame::empty();
-        }
-        let Some(scaler) = self.scaler.as_mut() else {
-            return Err("no colour converter".to_owned());
-        };
-        scaler
-            .run(&self.decoded, &mut self.converted)
-            .map_err(|e| format!("colour conversion failed: {e}"))?;
-        if self.converted.planes() == 0 {
-            return Err("colour conversion produced no picture".to_owned());
-        }
-        let row = width as usize * 3;
-        let stride = self.converted.stride(0);
-        let src = self.converted.data(0);
-        let rows = height as usize;
-        if stride < row || src.len() < stride * (rows - 1) + row {
-            return Err("colour conversion produced a short picture".to_owned());
-        }
-        let mut data = Vec::with_capacity(row * rows);
-        for y in 0..rows {
-            let line = &src[y * stride..y * stride + row];
-            if swap_channels {
-                for px in line.chunks_exact(3) {
-                    data.extend_from_slice(&[px[2], px[1], px[0]]);
-                }
-            } else {
-                data.extend_from_slice(line);
-            }
-        }
-        Ok(DecodedFrame {
-            width,
-            height,
-            data,
-            position_ms: 0.0,
-        })
-    }
-}
-
-/// The reason a live source that went quiet for `bound` is given up.
-fn stalled(bound: Duration) -> String {
-    format!("no data for {:.1} s (stalled)", bound.as_secs_f64())
 }
 
 /// The FFmpeg name of a codec id (`h264`), or its debug form when FFmpeg has none.

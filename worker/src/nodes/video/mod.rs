@@ -1,16 +1,24 @@
 //! The video nodes, over FFmpeg's libraries (cargo feature `video`, on by default).
 //!
-//! - [`media`] — one local video file opened, decoded and converted to packed BGR as
-//!   OpenCV's FFmpeg backend does it (what 1.0.4 reads files with), so frames match the
-//!   reference byte for byte; damage is typed, never concealed.
+//! - [`nvdec`] — which decoder a stream gets: NVDEC's when the node holds a GPU grant,
+//!   else the CPU's, and the fallback's reason, logged and on `/metrics`.
+//! - [`convert`] — decoded pictures to packed BGR as OpenCV's FFmpeg backend converts them
+//!   (what 1.0.4 reads files with), so frames match the reference byte for byte; NVDEC's
+//!   semi-planar pictures laid out planar first, so they convert the same way.
+//! - [`media`] — one video file or live source opened, demuxed and decoded; damage is
+//!   typed, never concealed.
+//! - [`decoding`] — [`media`] and [`convert`] on two threads of their own, frames handed to
+//!   the node in order.
 //! - [`reader`] — `videoflow.producers.video.VideoFileReader`: 1.0.4's parameters, its
-//!   `(index, frame)` outputs and event timestamps, over [`media`].
+//!   `(index, frame)` outputs and event timestamps, over [`decoding`].
 //! - [`images`] — 1.0.4's `ImageProducer` and `ImageFolderReader`: still images through
 //!   FFmpeg's image decoders, RGB as `cv2.imread(...)[..., ::-1]`.
 //! - [`check`] — what a sample's self-check reads back from a written video: frames, size,
 //!   frames showing the box colour, and a PNG contact sheet.
 //! - [`live`] — `VideoUrlReader` and `VideoDeviceReader`: a live URL or V4L2 device over
-//!   [`media`], reopened with backoff when it fails, ends or stalls.
+//!   [`decoding`], reopened with backoff when it fails, ends or stalls.
+//! - [`compare`] — a file decoded as a CPU node and as the grant places it, compared frame
+//!   by frame (`videoflow-worker gpu --decode`).
 //! - [`encode`] — frames to a file through FFmpeg's encoders and muxers, on its own thread.
 //! - [`writer`] — 1.0.4's `VideofileWriter` (`.avi`, Motion JPEG) and our H.264
 //!   `VideoFileWriter` (MP4/MKV/MOV), over [`encode`].
@@ -23,6 +31,12 @@
 #[cfg(feature = "video")]
 pub mod check;
 #[cfg(feature = "video")]
+pub mod compare;
+#[cfg(feature = "video")]
+mod convert;
+#[cfg(feature = "video")]
+mod decoding;
+#[cfg(feature = "video")]
 mod encode;
 #[cfg(feature = "video")]
 pub mod images;
@@ -30,6 +44,8 @@ pub mod images;
 pub mod live;
 #[cfg(feature = "video")]
 mod media;
+#[cfg(feature = "video")]
+pub mod nvdec;
 #[cfg(feature = "video")]
 pub mod reader;
 #[cfg(feature = "video")]
@@ -155,6 +171,22 @@ pub(crate) fn device_reader(
     class: &'static str,
 ) -> Result<Box<dyn Producer>, VfError> {
     Err(without_video(class))
+}
+
+/// `video_file` decoded as a CPU node and as `gpu` places it, compared
+/// ([`compare::decode_twice`]).
+#[cfg(feature = "video")]
+pub fn decode_twice(video_file: &str, gpu: &super::GpuPlacement) -> serde_json::Value {
+    compare::decode_twice(video_file, gpu)
+}
+
+/// Without the `video` feature: what the build lacks.
+#[cfg(not(feature = "video"))]
+pub fn decode_twice(video_file: &str, _gpu: &super::GpuPlacement) -> serde_json::Value {
+    serde_json::json!({
+        "file": video_file,
+        "error": "this videoflow-worker was built without video support (no FFmpeg libraries)",
+    })
 }
 
 /// Without the `video` feature: a `VF_CONFIG` error naming the class and the build.

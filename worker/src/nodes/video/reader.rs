@@ -6,9 +6,8 @@ use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::partition::py_repr_str;
 use videoflow_core::value::{Tensor, Value};
 
-use super::media::{
-    Damage, DecodedFrame, Decoding, OpenFailure, libavcodec_version, supported_codecs,
-};
+use super::decoding::{DecodedFrame, Decoding};
+use super::media::{Damage, OpenFailure, libavcodec_version, supported_codecs};
 use crate::clock::wall_now;
 use crate::nodes::params::Params;
 use crate::nodes::{NodeContext, Producer};
@@ -79,11 +78,11 @@ pub(crate) fn timestamp_source(
     }
 }
 
-/// `decoder_threads` (ours): the decoder's thread count, `0` (the default) for FFmpeg's
-/// automatic one (a thread per core of the machine, which in a pod with a CPU limit is more
-/// than it may use).
-pub(crate) fn decoder_threads(p: &mut Params<'_>) -> Result<usize, VfError> {
-    let n = p.int("decoder_threads", 0)?;
+/// `decoder_threads` (ours): the decoder's thread count, `0` for FFmpeg's automatic one (a
+/// thread per core of the machine plus one, which in a pod with a CPU limit is more than it
+/// may use); `default` when absent.
+pub(crate) fn decoder_threads(p: &mut Params<'_>, default: i64) -> Result<usize, VfError> {
+    let n = p.int("decoder_threads", default)?;
     match usize::try_from(n) {
         Ok(n) if n <= 64 => Ok(n),
         _ => Err(p.bad(
@@ -94,6 +93,25 @@ pub(crate) fn decoder_threads(p: &mut Params<'_>) -> Result<usize, VfError> {
     }
 }
 
+/// The refusal of a reader that must decode on its GPU (`gpu.fallback: none`) when NVDEC
+/// cannot: `VF_RESOURCE_UNAVAILABLE`, like a grant the node cannot run without (GPU-3).
+pub(crate) fn gpu_required(class: &str, what: &str, source: &str, why: &str) -> VfError {
+    VfError::new(
+        ErrorCode::ResourceUnavailable,
+        format!(
+            "{class}: {what} {} must be decoded on the GPU (gpu.fallback: none), and NVDEC \
+             cannot: {why}.",
+            py_repr_str(source)
+        ),
+    )
+    .with_remedy(
+        "Give the worker NVDEC (the NVIDIA driver with its video capability), or declare \
+         gpu.fallback: cpu to decode on the CPU when NVDEC cannot.",
+    )
+    .with_context("class", class.to_owned())
+    .with_context(what, source.to_owned())
+}
+
 impl VideoFileReader {
     /// 1.0.4's constructor: `video_file` (required), `swap_channels=False`, `nb_frames=-1`,
     /// `timestamp_source='position'`; ours: `decoder_threads` (0: automatic).
@@ -102,7 +120,7 @@ impl VideoFileReader {
         let swap_channels = p.bool("swap_channels", false)?;
         let nb_frames = p.int("nb_frames", -1)?;
         let timestamp_source = timestamp_source(p, class, "position")?;
-        let decoder_threads = decoder_threads(p)?;
+        let decoder_threads = decoder_threads(p, 0)?;
         Ok(VideoFileReader {
             class,
             video_file,
@@ -161,6 +179,9 @@ impl VideoFileReader {
                 ),
                 format!("Re-encode the file with a supported codec: {supported}."),
             ),
+            OpenFailure::GpuRequired(why) => {
+                return gpu_required(self.class, "video_file", &self.video_file, &why);
+            }
             OpenFailure::Thread(e) => {
                 return VfError::new(
                     ErrorCode::ResourceExhausted,
@@ -228,16 +249,18 @@ impl VideoFileReader {
 }
 
 impl Producer for VideoFileReader {
-    fn open(&mut self, _ctx: &mut NodeContext) -> Result<(), VfError> {
+    fn open(&mut self, ctx: &mut NodeContext) -> Result<(), VfError> {
         if self.media.is_none() && !self.ended {
-            let media = Decoding::start(&self.video_file, self.swap_channels, self.decoder_threads)
-                .map_err(|f| self.open_error(f))?;
-            tracing::debug!(
-                "{}: opened {} ({})",
-                self.class,
-                self.video_file,
-                media.codec()
-            );
+            let media = Decoding::start(
+                &self.video_file,
+                self.swap_channels,
+                self.decoder_threads,
+                &ctx.gpu,
+            )
+            .map_err(|f| self.open_error(f))?;
+            media
+                .decoder()
+                .announce(self.class, &self.video_file, &ctx.node_name, None);
             self.media = Some(media);
         }
         Ok(())

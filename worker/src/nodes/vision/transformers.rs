@@ -219,10 +219,13 @@ impl CropImageTransformer {
 }
 
 /// 1.0.4's `_check_crop_dimensions`: non-negative, `ymin <= ymax`, `xmin <= xmax`.
+/// 1.0.4's checks of the boxes: rows of at least `[ymin, xmin, ymax, xmax]` (further
+/// columns — a detector's class and score — are carried along, as numpy's column indexing
+/// lets them be), nothing negative anywhere in the array, no reversed box.
 fn check_boxes(boxes: &Numbers) -> Result<(), String> {
-    if boxes.shape.len() != 2 || (boxes.shape[0] > 0 && boxes.shape[1] != 4) {
+    if boxes.shape.len() != 2 || (boxes.shape[0] > 0 && boxes.shape[1] < 4) {
         return Err(format!(
-            "crop_dimensions must have shape (nb_boxes, 4), got {:?}",
+            "crop_dimensions must have shape (nb_boxes, 4) or more columns, got {:?}",
             boxes.shape
         ));
     }
