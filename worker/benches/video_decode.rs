@@ -49,20 +49,28 @@ fn opts() -> Opts {
     o
 }
 
-/// This process's user + system CPU seconds (all threads), from `/proc/self/stat`.
-fn cpu_seconds() -> f64 {
+/// `/proc/self/stat` fields after the command name, as numbers (0 where unreadable).
+fn self_stat() -> Vec<f64> {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     // Fields after the command name (which may hold spaces) start after the last ')'.
     let rest = stat.rsplit(')').next().unwrap_or_default();
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
+    rest.split_whitespace()
+        .map(|v| v.parse::<f64>().unwrap_or(0.0))
+        .collect()
+}
+
+/// This process's user + system CPU seconds (all threads), from `/proc/self/stat`.
+fn cpu_seconds() -> f64 {
+    let f = self_stat();
     // utime and stime are fields 14 and 15 of the stat line: 11 and 12 after the name.
-    (ticks(11) + ticks(12)) / 100.0
+    (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
+}
+
+/// User + system CPU seconds of this process's waited-for children (`cutime`, `cstime`).
+fn children_cpu_seconds() -> f64 {
+    let f = self_stat();
+    // cutime and cstime are fields 16 and 17 of the stat line: 13 and 14 after the name.
+    (f.get(13).unwrap_or(&0.0) + f.get(14).unwrap_or(&0.0)) / 100.0
 }
 
 fn make_file(dir: &Path, frames: usize) -> PathBuf {
@@ -91,18 +99,13 @@ fn make_file(dir: &Path, frames: usize) -> PathBuf {
     path
 }
 
-/// `ffmpeg -threads N -f null`: frames per second of wall time, and its CPU seconds.
+/// `ffmpeg -threads N -f null`: frames per second of wall time, and its CPU seconds (the
+/// child's, from this process's `cutime` + `cstime` once it was waited for).
 fn ffmpeg_decode(path: &Path, threads: usize, frames: usize) -> (f64, f64) {
+    let cpu0 = children_cpu_seconds();
     let started = Instant::now();
     let out = Command::new("ffmpeg")
-        .args([
-            "-nostdin",
-            "-v",
-            "error",
-            "-benchmark",
-            "-threads",
-            &threads.to_string(),
-        ])
+        .args(["-nostdin", "-v", "error", "-threads", &threads.to_string()])
         .arg("-i")
         .arg(path)
         .args(["-f", "null", "-"])
@@ -110,16 +113,7 @@ fn ffmpeg_decode(path: &Path, threads: usize, frames: usize) -> (f64, f64) {
         .unwrap_or_else(|e| panic!("ffmpeg: {e}"));
     let wall = started.elapsed().as_secs_f64();
     assert!(out.status.success(), "ffmpeg -f null failed");
-    // "bench: utime=1.234s stime=0.012s rtime=0.654s"
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    let field = |name: &str| {
-        text.split_whitespace()
-            .find_map(|w| w.strip_prefix(name))
-            .and_then(|v| v.trim_end_matches('s').parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (frames as f64 / wall, field("utime=") + field("stime="))
+    (frames as f64 / wall, children_cpu_seconds() - cpu0)
 }
 
 /// Our reader drained: frames per second of wall time, and CPU seconds it took.
