@@ -102,7 +102,7 @@ impl NatsServer {
     /// SIGSTOPs the server: it holds its sockets open and answers nothing, as a node under
     /// a long pause (a stalled VM, a stop-the-world disk) does.
     pub fn pause(&self) -> Result<(), ServiceError> {
-        self.process.signal("STOP")
+        self.process.stop()
     }
 
     /// SIGCONTs a server [`NatsServer::pause`]d.

@@ -159,6 +159,38 @@ impl ServerProcess {
         }
     }
 
+    /// SIGSTOPs the server and returns once every one of its threads is stopped: `kill`
+    /// returns when the signal is queued, and a multi-threaded server (nats-server is Go)
+    /// may still accept and greet a connection for a moment after that.
+    pub(crate) fn stop(&self) -> Result<(), ServiceError> {
+        self.signal("STOP")?;
+        let tasks = PathBuf::from(format!("/proc/{}/task", self.child.id()));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let states: Vec<char> = std::fs::read_dir(&tasks)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
+                .filter_map(|stat| {
+                    // `pid (comm) S …`: the state follows the last ')'.
+                    stat.rsplit_once(')')
+                        .and_then(|(_, rest)| rest.trim_start().chars().next())
+                })
+                .collect();
+            if !states.is_empty() && states.iter().all(|c| matches!(c, 'T' | 't')) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(ServiceError::Io {
+                    what: format!("{}: waiting for SIGSTOP to stop every thread", self.binary),
+                    source: std::io::Error::other(format!("thread states {states:?}")),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// The process id of the running server.
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
