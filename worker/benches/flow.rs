@@ -9,6 +9,8 @@
 //! `scripts/bench [--quick]` is the documented entry point; by hand:
 //! `cargo bench -p videoflow-worker --bench flow -- [--quick] [--reps N] [--out FILE]`.
 
+mod support;
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -27,7 +29,7 @@ use videoflow_testkit::{NatsServer, RedisServer};
 use videoflow_worker::broker;
 use videoflow_worker::provision::{node_vars, provision};
 
-type R<T> = Result<T, String>;
+use support::{R, clk_tck, cpu_ticks, loadavg, reference_python, repo_root, status_kib};
 
 /// Command-line options.
 #[derive(Debug, Clone)]
@@ -95,15 +97,6 @@ fn proc_field(path: &str, key: &str) -> Option<String> {
     })
 }
 
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 fn machine() -> Json {
     let nats_bin = std::env::var("VF_NATS_SERVER_BIN").unwrap_or_else(|_| "nats-server".into());
     let redis_bin = std::env::var("VF_REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
@@ -155,51 +148,14 @@ fn slope(xs: &[f64], ys: &[f64]) -> f64 {
 // ---------------------------------------------------------------------------------------------
 // /proc sampling of worker processes.
 
-fn clk_tck() -> f64 {
-    first_line("getconf", &["CLK_TCK"]).parse().unwrap_or(100.0)
-}
-
 /// `(cpu ticks user+system, VmRSS KiB, VmHWM KiB)` of a live process.
 fn sample_proc(pid: u32) -> Option<(u64, u64, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = stat.rsplit_once(") ")?.1;
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    let kib = |key| {
-        proc_field(&format!("/proc/{pid}/status"), key)
-            .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
-            .unwrap_or(0)
-    };
-    Some((ticks, kib("VmRSS"), kib("VmHWM")))
+    let kib = |key| status_kib(pid, key).unwrap_or(0);
+    Some((cpu_ticks(pid)?, kib("VmRSS"), kib("VmHWM")))
 }
 
 // ---------------------------------------------------------------------------------------------
 // A Flow under measurement: its own nats-server, real worker processes.
-
-/// The checkout's root (benches run in their crate's directory).
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The reference venv's interpreter: `$VF_REF_PYTHON` (scripts/env.sh sets it), else
-/// `~/.cache/videoflow/refvenv/bin/python`.
-fn reference_python() -> R<PathBuf> {
-    let python = std::env::var_os("VF_REF_PYTHON")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/videoflow/refvenv/bin/python")
-        });
-    if python.is_file() {
-        Ok(python)
-    } else {
-        Err(format!(
-            "the reference venv is missing ({}): run scripts/install-deps",
-            python.display()
-        ))
-    }
-}
 
 struct Proc {
     node: String,

@@ -18,13 +18,13 @@
 //! `scripts/bench` runs it (alone: `VF_BENCH_ONLY=video_flow scripts/bench`); by hand:
 //! `cargo bench -p videoflow-worker --bench video_flow -- [--quick] [--reps N] [--out FILE]`.
 
-mod video_support;
+mod support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value as Json, json};
-use video_support::{
+use support::{
     FlowRun, Opts, R, Side, TempDir, clk_tck, loadavg, log, make_1080p, reference_python,
 };
 use videoflow_testkit::{NatsServer, RedisServer};

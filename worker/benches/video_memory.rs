@@ -15,14 +15,14 @@
 //! `cargo bench -p videoflow-worker --bench video_memory -- [--minutes M] [--out FILE]`
 //! (`--quick`: 2 minutes).
 
-mod video_support;
+mod support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use video_support::{FlowRun, Opts, Side, TempDir, loadavg, log, make_1080p, status_kib};
+use support::{FlowRun, Opts, Side, TempDir, loadavg, log, make_1080p, status_kib};
 use videoflow_testkit::{NatsServer, RedisServer};
 
 /// The clip's length: each session of the server plays it once.
@@ -72,7 +72,7 @@ fn main() {
             clip
         }
     };
-    let script = video_support::repo_root().join("worker/tests/video_support/rtsp_server.py");
+    let script = support::repo_root().join("worker/tests/video_support/rtsp_server.py");
     let mut server = Command::new("/usr/bin/python3")
         .arg(&script)
         .arg(&clip)

@@ -1,6 +1,7 @@
-//! What the video benchmarks share: media made with the `ffmpeg` CLI, a Flow provisioned on
-//! a given nats-server and run as real worker processes (ours, or the reference 1.0.4's from
-//! its venv), and `/proc` sampling. Figures are measurements, never assertions.
+//! What the benchmarks share. Every bench: `/proc` sampling, the checkout's root and the
+//! reference venv's interpreter. The video benches also: media made with the `ffmpeg` CLI and a
+//! Flow provisioned on a given nats-server and run as real worker processes (ours, or the
+//! reference 1.0.4's from its venv). Figures are measurements, never assertions.
 
 #![allow(dead_code)] // each bench target uses its own part
 
