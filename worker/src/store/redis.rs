@@ -60,6 +60,22 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
+/// One `SCAN cursor MATCH pattern COUNT 500` page: the next cursor and the keys.
+async fn scan_page(
+    c: &mut MultiplexedConnection,
+    cursor: u64,
+    pattern: &str,
+) -> Result<(u64, Vec<String>), RedisError> {
+    redis::cmd("SCAN")
+        .arg(cursor)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(500)
+        .query_async(c)
+        .await
+}
+
 /// Backslash-escapes SCAN's glob characters (`*`, `?`, `[`) and the backslash itself.
 fn escape_glob(prefix: &str) -> String {
     let mut out = String::with_capacity(prefix.len());
@@ -334,14 +350,7 @@ impl RedisStore {
             let mut cursor: u64 = 0;
             let mut keys = Vec::new();
             loop {
-                let (next, page): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(500)
-                    .query_async(c)
-                    .await?;
+                let (next, page) = scan_page(c, cursor, &pattern).await?;
                 keys.extend(page);
                 cursor = next;
                 if cursor == 0 {
@@ -387,14 +396,7 @@ impl RedisStore {
             let mut cursor: u64 = 0;
             let mut removed = 0usize;
             loop {
-                let (next, page): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(500)
-                    .query_async(c)
-                    .await?;
+                let (next, page) = scan_page(c, cursor, &pattern).await?;
                 if !page.is_empty() {
                     let n: usize = redis::cmd("UNLINK").arg(&page).query_async(c).await?;
                     removed += n;
