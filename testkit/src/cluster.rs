@@ -10,6 +10,9 @@ use videoflow_services::{NatsServer, free_port};
 
 use crate::TestkitError;
 
+/// Whole-cluster starts tried before giving up (see [`NatsCluster::start`]).
+const CLUSTER_ATTEMPTS: usize = 3;
+
 /// Running servers of one cluster, stopped on drop.
 #[derive(Debug)]
 pub struct NatsCluster {
@@ -20,7 +23,25 @@ impl NatsCluster {
     /// Starts `size` servers (3 for JetStream's R3) named `n0`, `n1`, … with routes to each
     /// other. Returns once each accepts clients; the cluster elects its JetStream meta leader
     /// shortly after (see [`NatsCluster::monitoring_urls`] and `/jsz`).
+    ///
+    /// Every server names every route port before any listens, so a route port another test
+    /// takes meanwhile fails one server whatever its own retries pick: the whole cluster is
+    /// then started again on fresh route ports.
     pub fn start(size: usize) -> Result<Self, TestkitError> {
+        let mut last = None;
+        for _ in 0..CLUSTER_ATTEMPTS {
+            match Self::start_once(size) {
+                Ok(cluster) => return Ok(cluster),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| TestkitError::Io {
+            what: "nats cluster: no attempt made".into(),
+            source: std::io::Error::other("CLUSTER_ATTEMPTS is 0"),
+        }))
+    }
+
+    fn start_once(size: usize) -> Result<Self, TestkitError> {
         let io = |source| TestkitError::Io {
             what: "nats cluster: picking route ports".into(),
             source,
@@ -40,6 +61,7 @@ impl NatsCluster {
             let listen = format!("nats://127.0.0.1:{port}");
             let server_name = format!("n{i}");
             let routes = routes.join(",");
+            // On an error the servers already started are dropped, which stops them.
             servers.push(NatsServer::start_with(&[
                 "--server_name",
                 &server_name,
