@@ -238,6 +238,23 @@ const GPU_DECODING_PRODUCERS: &[&str] = &[
     "videoflow.producers.video.VideoDeviceReader",
 ];
 
+/// The built-in producers with a position of their own, which can resume after the last
+/// accepted offset (MSGID-6): their items are numbered by the source (a value, a frame, a
+/// file of a sorted folder), not by the moment they were captured.
+const REPLAYABLE_PRODUCERS: &[&str] = &[
+    "videoflow.producers.basic.IntProducer",
+    "videoflow.producers.video.VideoFileReader",
+    "videoflow.producers.video.ImageProducer",
+    "videoflow.producers.video.ImageFolderReader",
+    "videoflow.rs.producers.SyntheticFrameProducer",
+];
+
+/// Whether the built-in class `builtin` (by any of its names) is a producer that can seek to
+/// an offset, and so may declare `replayable` (MSGID-6).
+pub fn replayable(builtin: &str) -> bool {
+    lookup(builtin).is_some_and(|c| REPLAYABLE_PRODUCERS.contains(&c.canonical))
+}
+
 /// Whether a node of `kind` running `builtin` (its class, when built-in) may declare `gpu`:
 /// every processor, and the producers that decode video (by any of their names).
 pub fn takes_gpu(kind: NodeKind, builtin: Option<&str>) -> bool {

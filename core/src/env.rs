@@ -127,6 +127,10 @@ pub fn render_node_env(
     if let Some(r) = spec.blob_readers {
         lit("VF_BLOB_READERS", r.to_string());
     }
+    if decl.and_then(|d| d.replayable) == Some(true) && spec.kind == "producer" {
+        // MSGID-6, our extension: 1.0.4 reads it from the class, so its workers ignore it.
+        lit("VF_REPLAYABLE", "1".into());
+    }
     render_credit(spec, decl, &mut lit);
     render_device(spec, decl, &mut lit);
     let streams = doc.spec.broker.as_ref().and_then(|b| b.stream_replicas);
@@ -398,6 +402,17 @@ spec:
         let env = render_node_env(&doc, &flow, "cam", &local).expect("renders");
         assert_eq!(get(&env, "VF_NATS_URL"), Some("nats://127.0.0.1:4222"));
         assert_eq!(get(&env, "VF_HEALTH_PORT"), Some("0"));
+    }
+
+    /// MSGID-6: `replayable: true` on a producer is `VF_REPLAYABLE=1`; absent, no variable.
+    #[test]
+    fn msgid_6_a_replayable_producer_gets_vf_replayable() {
+        assert!(!render("cam", &ctx()).expect("renders").contains_key("VF_REPLAYABLE"));
+        let text = FLOW.replace("kind: producer,", "kind: producer, replayable: true,");
+        let doc = parse_flow(&text).expect("parses");
+        let flow = compile(&doc).expect("compiles");
+        let env = render_node_env(&doc, &flow, "cam", &ctx()).expect("renders");
+        assert_eq!(get(&env, "VF_REPLAYABLE"), Some("1"));
     }
 
     #[test]

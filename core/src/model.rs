@@ -368,6 +368,12 @@ pub struct NodeDecl {
     /// Producers only: whether the source ends by itself (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finite: Option<bool>,
+    /// Producers only: the source has a position of its own (a value or frame index), so
+    /// its ids are `{node}:{offset}` and a restarted worker resumes after the last offset the
+    /// broker accepted instead of publishing everything again under a new epoch (MSGID-6).
+    /// Built-in file sources only; default false (a live source, MSGID-5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replayable: Option<bool>,
     /// `trace_id` or a metadata field; routes each message to one replica (PART-*).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition_by: Option<String>,

@@ -663,6 +663,11 @@ fn check_node(
             "Remove finite from this node.",
         );
     }
+    if n.replayable == Some(true)
+        && let Some((message, fix)) = replayable_refusal(n)
+    {
+        knob(out, "replayable", message, &fix);
+    }
     if n.idempotent.is_some() && n.kind != NodeKind::Consumer {
         knob(
             out,
@@ -889,4 +894,51 @@ fn check_node(
             "Wire a child to it, or drop it from the graph.",
         ));
     }
+}
+
+/// MSGID-6: only a producer whose source has a position can resume from one; anything else
+/// declaring `replayable: true` would be a live source minting offset-shaped ids. The
+/// message and the fix, or `None` when the node may declare it.
+fn replayable_refusal(n: &NodeDecl) -> Option<(String, String)> {
+    Some(if n.kind != NodeKind::Producer {
+        (
+            format!("'{}' sets replayable, which only describes producers.", n.name),
+            "Remove replayable from this node.".to_owned(),
+        )
+    } else if n.component.python.is_some() {
+        (
+            format!(
+                "'{}' sets replayable on a python component; the Python worker takes it from \
+                 the class.",
+                n.name
+            ),
+            "Declare `replayable = True` (and `seek(offset)`) on the producer class, and remove \
+             replayable from the node."
+                .to_owned(),
+        )
+    } else if let Some(class) = n.component.builtin.as_deref() {
+        if crate::catalog::replayable(class) {
+            return None;
+        }
+        (
+            format!(
+                "'{}' sets replayable, but {class} is a live source with no position to resume \
+                 from.",
+                n.name
+            ),
+            "Remove replayable: a restarted live source publishes under a new epoch (MSGID-5). \
+             The replayable built-ins are IntProducer, VideoFileReader, ImageProducer, \
+             ImageFolderReader and SyntheticFrameProducer."
+                .to_owned(),
+        )
+    } else {
+        (
+            format!(
+                "'{}' sets replayable on an exec component, which has no seek in the component \
+                 protocol.",
+                n.name
+            ),
+            "Remove replayable: exec producers are live sources (MSGID-5).".to_owned(),
+        )
+    })
 }

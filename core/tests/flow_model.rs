@@ -264,6 +264,35 @@ fn knobs_only_where_they_mean_something() {
     }
 }
 
+/// MSGID-6: `replayable` only on a producer whose source has a position: a built-in file
+/// source; a live built-in, an exec or python component and any other kind are refused with
+/// the field and the fix.
+#[test]
+fn msgid_6_replayable_only_on_sources_with_a_position() {
+    let text = flow(
+        "  - {name: file, kind: producer, replayable: true, component: {builtin: videoflow.producers.IntProducer}}\n  - {name: cam, kind: producer, replayable: true, component: {builtin: videoflow.producers.video.VideoUrlReader}, params: {url: \"rtsp://h/s\"}}\n  - {name: py, kind: producer, replayable: true, component: {python: {class: my.Source}}}\n  - {name: ex, kind: producer, replayable: true, component: {exec: {command: [src]}}}\n  - {name: live, kind: producer, replayable: false, component: {builtin: videoflow.producers.video.VideoUrlReader}, params: {url: \"rtsp://h/s\"}}\n  - {name: sink, kind: consumer, parents: [file, cam, py, ex, live], replayable: true, component: {builtin: videoflow.consumers.VoidConsumer}}\n",
+    );
+    let replayable: Vec<(String, String, String)> = validate_flow(&doc(&text))
+        .into_iter()
+        .filter(|d| d.path.ends_with(".replayable"))
+        .map(|d| (d.path, d.message, d.remedy))
+        .collect();
+    let paths: Vec<&str> = replayable.iter().map(|(p, _, _)| p.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "spec.nodes[1].replayable",
+            "spec.nodes[2].replayable",
+            "spec.nodes[3].replayable",
+            "spec.nodes[5].replayable",
+        ]
+    );
+    assert!(replayable[0].1.contains("live source"), "{replayable:?}");
+    assert!(replayable[1].2.contains("replayable = True"), "{replayable:?}");
+    assert!(replayable[2].2.contains("exec producers are live"), "{replayable:?}");
+    assert!(replayable[3].1.contains("only describes producers"), "{replayable:?}");
+}
+
 /// STREAM-15a: `credit` only on a single-parent node, messages in 1..=4096, bytes ≥ 1.
 #[test]
 fn credit_is_checked_where_it_means_something() {

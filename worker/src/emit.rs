@@ -25,6 +25,8 @@ pub struct Emitter {
     epoch: String,
     minted: u64,
     published: u64,
+    /// MSGID-6: identities are the source's offsets, not this process's epoch.
+    replayable: bool,
 }
 
 /// Per-call timings stamped into output metadata (LOOP-7).
@@ -48,6 +50,7 @@ impl Emitter {
             epoch: mint_epoch(),
             minted: 0,
             published: 0,
+            replayable: false,
         }
     }
 
@@ -61,14 +64,29 @@ impl Emitter {
         naming::eos_subject(&self.flow_id, &self.run_id, &self.node)
     }
 
-    /// MSGID-5: the next live-producer identity `("{node}:{epoch}:{n}", n)`. The counter
-    /// advances on every publication attempt.
+    /// MSGID-6: from now on identities are the source's offsets, the next one
+    /// `last_accepted + 1`, so a restart re-mints the ids its predecessor published.
+    pub fn replay_from(&mut self, last_accepted: u64) {
+        self.replayable = true;
+        self.minted = last_accepted;
+    }
+
+    /// Whether identities are offsets (MSGID-6) rather than an epoch's count (MSGID-5).
+    pub fn is_replayable(&self) -> bool {
+        self.replayable
+    }
+
+    /// The next producer identity: `("{node}:{epoch}:{n}", n)` for a live source (MSGID-5),
+    /// `("{node}:{offset}", offset)` for a replayable one (MSGID-6). The counter advances on
+    /// every publication attempt.
     pub fn mint(&mut self) -> (String, u64) {
         self.minted += 1;
-        (
-            format!("{}:{}:{}", self.node, self.epoch, self.minted),
-            self.minted,
-        )
+        let trace_id = if self.replayable {
+            format!("{}:{}", self.node, self.minted)
+        } else {
+            format!("{}:{}:{}", self.node, self.epoch, self.minted)
+        };
+        (trace_id, self.minted)
     }
 
     /// The epoch of this process (for logs and tests).
@@ -189,6 +207,22 @@ mod tests {
             Emitter::new("f", "r", "cam", 0).epoch(),
             e.epoch(),
             "new per process"
+        );
+    }
+
+    #[test]
+    fn msgid_6_replayable_identities_are_offsets() {
+        let mut e = Emitter::new("f", "r", "cam", 0);
+        e.replay_from(41);
+        assert!(e.is_replayable());
+        assert_eq!(e.mint(), ("cam:42".to_owned(), 42));
+        assert_eq!(e.mint(), ("cam:43".to_owned(), 43));
+        let mut fresh = Emitter::new("f", "r", "cam", 0);
+        fresh.replay_from(0);
+        assert_eq!(
+            fresh.mint(),
+            ("cam:1".to_owned(), 1),
+            "the same id in any process"
         );
     }
 

@@ -7,11 +7,12 @@
 //! each group as `effects/<input_key>.json`, so a group consumed again — the sink killed
 //! between its effect and its mark, a redelivery after a lost ack — replaces its own record.
 //! What the sink holds is what a reviewer counts: one file per effect, and a value in two
-//! files is a duplicate, whatever the cause. The one cause the protocol leaves open is a
-//! restarted *live* producer (MSGID-5): a new process is a new epoch and publishes every
-//! value again under new trace ids, which are new groups to any sink. Those repeats are
-//! counted and reported as duplicates of their own kind (`reemitted`), and any other repeat
-//! fails the test.
+//! files is a duplicate, whatever the cause, and fails the test. The producer is replayable
+//! (MSGID-6): a restarted one resumes after the last offset its ledger checkpointed and
+//! re-mints `numbers:<offset>` for anything after it, which the broker's duplicate window
+//! drops; without a ledger it starts again from offset 1 under the same ids. (A *live*
+//! producer, MSGID-5, would publish every value again under a new epoch: new groups no sink
+//! can tell from new data.)
 //!
 //! ```text
 //!   numbers ─┬─ left  (IdentityProcessor, 2 competing replicas) ─┐
@@ -89,8 +90,8 @@ fn flow_yaml(ledger: bool) -> String {
     let nodes = [
         format!(
             "  - name: numbers\n    kind: producer\n    component: {{builtin: \
-             videoflow.producers.basic.IntProducer}}\n    params: {{start_value: 0, end_value: \
-             {}, fps: {FPS}}}\n",
+             videoflow.producers.basic.IntProducer}}\n    replayable: true\n    params: \
+             {{start_value: 0, end_value: {}, fps: {FPS}}}\n",
             N - 1
         ),
         processor(
@@ -207,7 +208,7 @@ fn joined_values(h: &FlowHarness) -> BTreeMap<i64, Vec<(String, String)>> {
     arrivals
 }
 
-fn run(plan: &Plan) -> (String, usize) {
+fn run(plan: &Plan) -> String {
     eprintln!("random kill: VF_FAULT_SEED={} → {plan:?}", plan.seed);
     let mut h = FlowHarness::new(&flow_yaml(plan.ledger));
     h.provision();
@@ -246,27 +247,22 @@ fn run(plan: &Plan) -> (String, usize) {
     );
     let arrivals = joined_values(&h);
     let lost: Vec<i64> = (0..N).filter(|v| !arrivals.contains_key(v)).collect();
-    // MSGID-5: a restarted live producer is a new process with a new epoch, so it publishes
-    // every value again as new items (`numbers:<epoch>:<n>`), new groups to the sink. Only a
-    // killed producer may repeat a value, and only under other trace ids; every other
-    // repeat (the same group twice — which the keyed effect makes impossible — or a value
-    // under one trace twice) is a duplicate the test refuses.
-    let reemitted = |a: &[(String, String)]| {
-        node == "numbers" && {
-            let traces: std::collections::BTreeSet<&String> = a.iter().map(|(_, t)| t).collect();
-            traces.len() == a.len()
-        }
-    };
-    let mut reemits = 0;
-    let mut duplicated = Vec::new();
-    for (v, a) in &arrivals {
-        if a.len() < 2 {
-        } else if reemitted(a) {
-            reemits += a.len() - 1;
-        } else {
-            duplicated.push((*v, a.clone()));
-        }
-    }
+    let duplicated: Vec<(i64, Vec<(String, String)>)> = arrivals
+        .iter()
+        .filter(|(_, a)| a.len() > 1)
+        .map(|(v, a)| (*v, a.clone()))
+        .collect();
+    // MSGID-6: value v is item v + 1 of the source, under the same id in every process.
+    let foreign: Vec<(i64, String)> = arrivals
+        .iter()
+        .flat_map(|(v, a)| a.iter().map(move |(_, t)| (*v, t.clone())))
+        .filter(|(v, t)| *t != format!("numbers:{}", v + 1))
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "{replay}: trace ids other than numbers:<offset> {:?}",
+        &foreign[..foreign.len().min(5)]
+    );
     assert!(
         lost.is_empty() && duplicated.is_empty() && arrivals.len() as i64 == N,
         "{replay}: lost {lost:?}, duplicated {duplicated:?}; logs:\n{}",
@@ -285,17 +281,15 @@ fn run(plan: &Plan) -> (String, usize) {
     let effects_held = effects(&h).len();
     let line = format!(
         "seed {} ledger={} killed {node}.{replica} {:?} after the start, at {at_kill} effects: \
-         {N} values, 0 lost, \
-         {effects_held} effects at the sink, duplicated {reemits} (values published again \
-         by the restarted live producer under a new epoch, MSGID-5; any other duplicate \
-         fails), 0 dead letters, run {:?}",
+         {N} values, 0 lost, {effects_held} effects at the sink, 0 duplicated, 0 dead \
+         letters, run {:?}",
         plan.seed,
         plan.ledger,
         plan.at,
         t0.elapsed()
     );
     eprintln!("RELIABILITY random-kill {line}");
-    (line, reemits)
+    line
 }
 
 /// ≥ 1 repetition per ledger kind; `VF_FAULT_SEED` replays one, `VF_FAULT_REPS` sets the
@@ -316,12 +310,9 @@ fn random_sigkills_lose_and_duplicate_nothing() {
             .map(|i| base + i)
             .collect()
     };
-    let runs: Vec<(String, usize)> = seeds.iter().map(|s| run(&Plan::from_seed(*s))).collect();
-    let duplicated: usize = runs.iter().map(|(_, d)| d).sum();
-    let lines: Vec<&str> = runs.iter().map(|(l, _)| l.as_str()).collect();
+    let lines: Vec<String> = seeds.iter().map(|s| run(&Plan::from_seed(*s))).collect();
     eprintln!(
-        "RELIABILITY random-kills: {} repetitions, all 0 lost, {duplicated} duplicated (every \
-         one a value re-published by a restarted live producer, MSGID-5), 0 dead letters\n{}",
+        "RELIABILITY random-kills: {} repetitions, all 0 lost, 0 duplicated, 0 dead letters\n{}",
         lines.len(),
         lines.join("\n")
     );

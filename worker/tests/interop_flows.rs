@@ -299,6 +299,59 @@ fn ledger_file_store_shared_with_the_reference_store() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// MSGID-6 on a ledger shared with 1.0.4: a replayable source's checkpoint, written by either
+/// runtime, is the other's resume point (`checkpoint/r{replica}`: `position.offset`, the
+/// source's `state` as hex), so a replacement on the other runtime resumes after the last
+/// offset its predecessor had accepted.
+#[test]
+fn msgid_6_a_checkpoint_resumes_a_source_on_either_runtime() {
+    use videoflow_worker::store::RuntimeStore;
+    use videoflow_worker::store::ledger::RunLedger;
+    let dir = std::env::temp_dir().join(format!("vf-ckpt-{}", uuid::Uuid::new_v4().simple()));
+    let root = dir.display().to_string();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let store = RuntimeStore::open(&format!("file://{root}")).expect("store");
+    let ledger = rt
+        .block_on(RunLedger::open(store, "f", "r", "cam", 1, 1))
+        .expect("ledger");
+    let reference = |code: &str| {
+        reference_output(reference_store(&format!(
+            "from videoflow.backends.runtime import FlowRuntime\n\
+             rt = FlowRuntime(FileRuntimeStore({root:?}), 'f', 'r', 'cam', replica_id = 1)\n{code}"
+        )))
+    };
+    let read_back = "st, pos = rt.restore_checkpoint()\nprint((st or b'').hex() or '-', pos.get('offset'))";
+    assert_eq!(rt.block_on(ledger.resume_offset()).expect("resume"), 0);
+    assert_eq!(reference(read_back).trim(), "- None", "nothing checkpointed yet");
+    // Ours: 41, then 42; a late 40 (a zombie's receipt) does not rewind it.
+    rt.block_on(async {
+        for offset in [41, 42, 40] {
+            ledger.checkpoint_offset(offset).await.expect("checkpoint");
+        }
+    });
+    assert_eq!(reference(read_back).trim(), "- 42");
+    // 1.0.4's replayable source checkpoints 57 with a state of its own; ours resumes there
+    // and keeps that state when it moves on.
+    reference("rt.checkpoint(bytes([1, 2]), {'offset': 57})");
+    assert_eq!(rt.block_on(ledger.resume_offset()).expect("resume"), 57);
+    rt.block_on(ledger.checkpoint_offset(58)).expect("checkpoint");
+    assert_eq!(reference(read_back).trim(), "0102 58");
+    // Another replica's checkpoint is its own.
+    assert_eq!(
+        reference(&format!(
+            "r0 = FlowRuntime(FileRuntimeStore({root:?}), 'f', 'r', 'cam', replica_id = 0)\n\
+             print(r0.restore_checkpoint()[1].get('offset'))"
+        ))
+        .trim(),
+        "None"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 // -- diamond and partitioned join --------------------------------------------------------------
 
 /// The diamond's nodes and their replicas ([`diamond_flow`]), `join` of `pair`, for

@@ -238,6 +238,9 @@ pub struct WorkerConfig {
     pub max_inline_payload_bytes: usize,
     /// `VF_ON_FINISH` (default `exit`): see [`OnFinish`].
     pub on_finish: OnFinish,
+    /// `VF_REPLAYABLE` (our extension, default `0`): a producer mints `{node}:{offset}` and
+    /// resumes after its last accepted offset (MSGID-6) instead of a new epoch (MSGID-5).
+    pub replayable: bool,
 }
 
 impl WorkerConfig {
@@ -355,6 +358,7 @@ impl WorkerConfig {
             .unwrap_or(DEFAULT_MAX_INLINE_PAYLOAD_BYTES);
         let termination_log = termination_log_path(vars);
         let on_finish = parse_on_finish(env.non_empty("VF_ON_FINISH"))?;
+        let replayable = parse_replayable(env.non_empty("VF_REPLAYABLE"))?;
         // 1.0.4 checks the kind last, just before the task loop.
         let kind = parse_kind(&kind_raw)?;
 
@@ -407,6 +411,7 @@ impl WorkerConfig {
             component,
             max_inline_payload_bytes,
             on_finish,
+            replayable,
         })
     }
 
@@ -612,6 +617,22 @@ fn parse_on_finish(v: Option<&str>) -> Result<OnFinish, VfError> {
                 py_repr_str(other)
             ),
             "Use exit (the default) or hold (stay up after a clean end until SIGTERM).".into(),
+        )),
+    }
+}
+
+/// `VF_REPLAYABLE`: `1`/`true` or `0`/`false` (unset: a live producer).
+fn parse_replayable(v: Option<&str>) -> Result<bool, VfError> {
+    match v {
+        None | Some("0" | "false") => Ok(false),
+        Some("1" | "true") => Ok(true),
+        Some(other) => Err(config_error(
+            "VF_REPLAYABLE",
+            Some(other),
+            format!("VF_REPLAYABLE={} is not a boolean.", py_repr_str(other)),
+            "Use 1 (the producer resumes from its last accepted offset, MSGID-6) or 0 (a live \
+             source, the default)."
+                .into(),
         )),
     }
 }

@@ -77,13 +77,16 @@ pub trait Producer: Send {
     /// `Payload::Value(Value::Null)` to publish Python's `None`.
     fn next(&mut self, ctx: &mut NodeContext) -> Result<Option<Payload>, VfError>;
 
-    /// Whether the source has a stable position of its own (MSGID-6); default: a live source.
+    /// Whether the source has a stable position of its own, item `n` being the same item in
+    /// any process, so it can resume with `seek` (MSGID-6); default: a live source. A node
+    /// declared replayable (`VF_REPLAYABLE=1`) whose class says false is refused at start.
     fn replayable(&self) -> bool {
         false
     }
 
-    /// Positions a replayable source after the last accepted `offset` (MSGID-6); a live
-    /// source ignores it, as 1.0.4's default `seek` does.
+    /// Positions a replayable source so the next `next()` yields item `offset + 1`, called
+    /// after `open()` when the last accepted offset is > 0 (LOOP-2); a live source ignores
+    /// it, as 1.0.4's default `seek` does.
     fn seek(&mut self, _offset: u64) -> Result<(), VfError> {
         Ok(())
     }

@@ -16,6 +16,7 @@ use super::{NodeContext, Producer};
 /// `1 / fps`. Same parameters and outputs as 1.0.4 (ints, published as `Value` ints).
 #[derive(Debug, Clone, PartialEq)]
 pub struct IntProducer {
+    start_value: i64,
     next_value: Option<i64>,
     end_value: Option<i64>,
     wait: Duration,
@@ -25,6 +26,7 @@ impl IntProducer {
     /// A producer of `start..=end` (unbounded when `end` is `None`) waiting `wait` per item.
     pub fn new(start: i64, end: Option<i64>, wait: Duration) -> Self {
         IntProducer {
+            start_value: start,
             next_value: Some(start),
             end_value: end,
             wait,
@@ -60,6 +62,18 @@ impl Producer for IntProducer {
         }
         Ok(Some(Payload::Value(Value::Int(value))))
     }
+
+    /// Item `n` (1-based) is `start_value + n - 1`, so a source is its own position.
+    fn replayable(&self) -> bool {
+        true
+    }
+
+    fn seek(&mut self, offset: u64) -> Result<(), VfError> {
+        self.next_value = i64::try_from(offset)
+            .ok()
+            .and_then(|o| self.start_value.checked_add(o));
+        Ok(())
+    }
 }
 
 /// Largest frame the synthetic source builds (bytes): a guard against a typo'd size.
@@ -77,7 +91,8 @@ pub struct SyntheticFrameProducer {
     count: Option<u64>,
     period: Option<Duration>,
     index: u64,
-    started: Option<Instant>,
+    /// When pacing began, and at which index (a resumed source paces from its offset).
+    started: Option<(Instant, u64)>,
 }
 
 impl SyntheticFrameProducer {
@@ -128,8 +143,9 @@ impl Producer for SyntheticFrameProducer {
             return Ok(None);
         }
         if let Some(period) = self.period {
-            let start = *self.started.get_or_insert_with(Instant::now);
-            let n = u32::try_from(self.index).unwrap_or(u32::MAX);
+            let index = self.index;
+            let (start, first) = *self.started.get_or_insert_with(|| (Instant::now(), index));
+            let n = u32::try_from(self.index - first).unwrap_or(u32::MAX);
             let due = start + period.saturating_mul(n);
             let now = Instant::now();
             if due > now {
@@ -139,6 +155,17 @@ impl Producer for SyntheticFrameProducer {
         let frame = synthetic_frame(self.index, self.width, self.height, self.channels);
         self.index += 1;
         Ok(Some(Payload::Tensor(frame)))
+    }
+
+    /// Item `n` (1-based) is frame `n - 1`.
+    fn replayable(&self) -> bool {
+        true
+    }
+
+    fn seek(&mut self, offset: u64) -> Result<(), VfError> {
+        self.index = offset;
+        self.started = None;
+        Ok(())
     }
 }
 
@@ -202,6 +229,41 @@ mod tests {
     fn int_producer_end_below_start_yields_nothing() {
         let mut p = IntProducer::new(3, Some(2), Duration::ZERO);
         assert!(drain(&mut p).is_empty());
+    }
+
+    #[test]
+    fn msgid_6_int_producer_resumes_after_an_offset() {
+        let mut p = IntProducer::new(3, Some(9), Duration::ZERO);
+        assert!(p.replayable());
+        p.seek(4).expect("seek");
+        let want: Vec<Payload> = (7..=9).map(|i| Payload::Value(Value::Int(i))).collect();
+        assert_eq!(drain(&mut p), want, "item 5 onwards");
+        let mut past_end = IntProducer::new(3, Some(9), Duration::ZERO);
+        past_end.seek(7).expect("seek");
+        assert!(drain(&mut past_end).is_empty());
+    }
+
+    #[test]
+    fn msgid_6_synthetic_frames_resume_at_their_index_without_waiting_for_the_skipped() {
+        let mut params = serde_json::Map::new();
+        params.insert("count".into(), serde_json::json!(5));
+        params.insert("fps".into(), serde_json::json!(10));
+        params.insert("width".into(), serde_json::json!(4));
+        params.insert("height".into(), serde_json::json!(2));
+        let mut reader = Params::new("SyntheticFrameProducer", &params);
+        let mut p = SyntheticFrameProducer::from_params(&mut reader).expect("builds");
+        p.seek(3).expect("seek");
+        let got: Vec<Option<u64>> = drain(&mut p)
+            .iter()
+            .map(|item| match item {
+                Payload::Tensor(t) => verify_synthetic_frame(t),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(got, [Some(3), Some(4)]);
+        // Paced from the resume point (frame 4 due 0.1 s after frame 3), not from a frame 0
+        // that this process never produced.
+        assert_eq!(p.started.map(|(_, first)| first), Some(3));
     }
 
     #[test]

@@ -415,38 +415,53 @@ mod tests {
     /// The parameters each class's builder reads, and their shapes, are the catalog's.
     /// Required ones are found the way a user finds them: build, read the error's `param`,
     /// supply it, build again.
+    /// Builds `spec` as a user would: build, read the error's `param`, supply a sample of
+    /// it, build again. The node (`None` in a build without video), the params it took and
+    /// what it read.
+    fn build_supplied(
+        spec: &ClassSpec,
+    ) -> (
+        Option<BuiltNode>,
+        Map<String, Json>,
+        Vec<(&'static str, ParamType)>,
+    ) {
+        let Some((_, entry)) = lookup(spec.canonical) else {
+            panic!("{}: no builder", spec.canonical);
+        };
+        let mut params = Map::new();
+        loop {
+            let mut reader = Params::new(spec.canonical, &params);
+            let built = build_with(spec, entry, &mut reader);
+            let reads = reader.reads().to_vec();
+            match built {
+                Ok(node) => return (Some(node), params, reads),
+                Err(e) if e.message.contains("without video") => {
+                    return (None, params, Vec::new());
+                }
+                Err(e) => {
+                    let missing = e
+                        .context
+                        .get("param")
+                        .and_then(Json::as_str)
+                        .filter(|p| !params.contains_key(*p))
+                        .map(str::to_owned);
+                    let Some(name) = missing else {
+                        panic!("{}: {e}", spec.canonical);
+                    };
+                    let Some(ty) = spec.param(&name).map(|p| p.ty) else {
+                        panic!("{}: requires '{name}', not in the catalog", spec.canonical);
+                    };
+                    let value = sample(spec.canonical, &name, ty);
+                    params.insert(name, value);
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_class_reads_exactly_the_catalog_params() {
         for spec in catalog::CLASSES {
-            let Some((_, entry)) = lookup(spec.canonical) else {
-                panic!("{}: no builder", spec.canonical);
-            };
-            let mut params = Map::new();
-            let reads = loop {
-                let mut reader = Params::new(spec.canonical, &params);
-                let built = build_with(spec, entry, &mut reader);
-                let reads = reader.reads().to_vec();
-                match built {
-                    Ok(_) => break reads,
-                    Err(e) if e.message.contains("without video") => break Vec::new(),
-                    Err(e) => {
-                        let missing = e
-                            .context
-                            .get("param")
-                            .and_then(Json::as_str)
-                            .filter(|p| !params.contains_key(*p))
-                            .map(str::to_owned);
-                        let Some(name) = missing else {
-                            panic!("{}: {e}", spec.canonical);
-                        };
-                        let Some(ty) = spec.param(&name).map(|p| p.ty) else {
-                            panic!("{}: requires '{name}', not in the catalog", spec.canonical);
-                        };
-                        let value = sample(spec.canonical, &name, ty);
-                        params.insert(name, value);
-                    }
-                }
-            };
+            let (_, params, reads) = build_supplied(spec);
             if reads.is_empty() && cfg!(not(feature = "video")) {
                 continue;
             }
@@ -477,6 +492,25 @@ mod tests {
                     p.name
                 );
             }
+        }
+    }
+
+    /// MSGID-6: the producers admission lets declare `replayable` are exactly those that
+    /// can seek, so a Flow admitted never meets the worker's refusal.
+    #[test]
+    fn msgid_6_the_catalog_replayable_producers_are_the_ones_that_seek() {
+        for spec in catalog::CLASSES.iter().filter(|c| c.kind == NodeKind::Producer) {
+            let (node, _, _) = build_supplied(spec);
+            let Some(node) = node else { continue };
+            let BuiltNode::Producer(p) = node else {
+                panic!("{}: not built as a producer", spec.canonical);
+            };
+            assert_eq!(
+                p.replayable(),
+                catalog::replayable(spec.canonical),
+                "{}: seeks vs the catalog's replayable list",
+                spec.canonical
+            );
         }
     }
 

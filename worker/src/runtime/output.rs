@@ -91,6 +91,11 @@ impl Output {
             PublishOutcome::Stored {
                 duplicate: false, ..
             } => self.emitter.count_published(),
+            // MSGID-6: an offset is one id whichever process published it first; a replay
+            // the broker already held is still one of this replica's ids (EOS-7).
+            PublishOutcome::Stored {
+                duplicate: true, ..
+            } if self.emitter.is_replayable() => self.emitter.count_published(),
             PublishOutcome::Discarded { .. } => {
                 self.discarded += 1;
                 health::record(|m| m.record_drop(metrics::DROP_PUBLISH_DISCARDED, 1));

@@ -1,9 +1,10 @@
-//! The producer loop (LOOP-2, CTRL-2, ABORT-1a, START-3).
+//! The producer loop (LOOP-2, CTRL-2, ABORT-1a, START-3), and a replayable source's
+//! resume point (MSGID-6).
 
 use std::time::Instant;
 
 use videoflow_core::envelope::WireError;
-use videoflow_core::errors::{Disposition, VfError};
+use videoflow_core::errors::{Disposition, ErrorCode, VfError};
 
 use super::node_error::wrap_node_error;
 use super::output::Output;
@@ -15,6 +16,7 @@ use crate::config::WorkerConfig;
 use crate::emit::Timings;
 use crate::faults::{self, Barrier, barrier};
 use crate::nodes::{NodeContext, Producer, normalize_output};
+use crate::store::ledger::RunLedger;
 
 /// How a producer loop ended without an error.
 #[derive(Debug, PartialEq, Eq)]
@@ -32,6 +34,7 @@ pub(crate) async fn run(
     ctx: &mut NodeContext,
     out: &mut Output,
     signals: &Signals,
+    ledger: &RunLedger,
 ) -> Result<ProducerEnd, VfError> {
     // A node that waits inside a call (a live source reconnecting) gives up the wait once
     // the loop would stop anyway.
@@ -47,11 +50,97 @@ pub(crate) async fn run(
     }
     crate::health::mark_ready(); // HEALTH-1: only once `open()` returned
     faults::soft_barrier(Barrier::WorkerReadyAfter, || cfg.node_name.clone()).await;
-    let result = produce(cfg, node, ctx, out, signals).await;
+    let result = match resume(cfg, node, out, ledger).await {
+        Ok(mut checkpoints) => produce(cfg, node, ctx, out, signals, &mut checkpoints).await,
+        Err(e) => Err(e),
+    };
     if let Err(e) = tokio::task::block_in_place(|| node.close(ctx)) {
         tracing::error!("close() failed: {}", e.log_line());
     }
     result
+}
+
+/// MSGID-6: a replayable source is positioned after the last offset the broker accepted
+/// (LOOP-2: `seek` only when that is > 0) and mints offsets from there; a live one goes on
+/// with its epoch.
+async fn resume(
+    cfg: &WorkerConfig,
+    node: &mut dyn Producer,
+    out: &mut Output,
+    ledger: &RunLedger,
+) -> Result<Checkpoints, VfError> {
+    if !cfg.replayable {
+        return Ok(Checkpoints::default());
+    }
+    if !node.replayable() {
+        return Err(VfError::new(
+            ErrorCode::Config,
+            format!(
+                "VF_REPLAYABLE=1, but {} is a live source with no position to resume from.",
+                cfg.node_class.as_deref().unwrap_or("this component")
+            ),
+        )
+        .with_remedy(
+            "Unset VF_REPLAYABLE (remove replayable from the node): a restarted live source \
+             publishes under a new epoch (MSGID-5).",
+        ));
+    }
+    let last_accepted = ledger.resume_offset().await?;
+    if last_accepted > 0 {
+        tokio::task::block_in_place(|| node.seek(last_accepted))
+            .map_err(|e| wrap_node_error(e, cfg, None))?;
+        tracing::info!(
+            node = %cfg.node_name,
+            "replayable source resumes after offset {last_accepted}, its last accepted one"
+        );
+    }
+    out.emitter.replay_from(last_accepted);
+    Ok(Checkpoints {
+        ledger: Some(ledger.clone()),
+        accepted: last_accepted,
+        written: last_accepted,
+        failed: false,
+    })
+}
+
+/// A replayable source's last accepted offset, written to the ledger once per batch of
+/// receipts rather than per item: a restart then replays at most that batch under the same
+/// ids, which the broker's duplicate window (MSGID-1) or an idempotent sink absorbs.
+#[derive(Debug, Default)]
+struct Checkpoints {
+    /// Set for a replayable source.
+    ledger: Option<RunLedger>,
+    /// The highest offset the broker stored (receipts come back in order).
+    accepted: u64,
+    /// The offset last written.
+    written: u64,
+    /// A publication failed: nothing after it may be checkpointed, or the restart that
+    /// failure causes would resume past an offset the broker never stored.
+    failed: bool,
+}
+
+impl Checkpoints {
+    /// Notes one receipt, in publication order.
+    fn note(&mut self, seq: u64, result: &Result<PublishOutcome, VfError>) {
+        match result {
+            Err(_) => self.failed = true,
+            Ok(PublishOutcome::Stored { .. }) if self.ledger.is_some() && !self.failed => {
+                self.accepted = self.accepted.max(seq);
+            }
+            // REALTIME: an item the broker refused is dropped (DELIV-4), never replayed.
+            Ok(_) => {}
+        }
+    }
+
+    async fn write(&mut self) -> Result<(), VfError> {
+        if let Some(ledger) = &self.ledger
+            && self.accepted > self.written
+        {
+            ledger.checkpoint_offset(self.accepted).await?;
+            self.written = self.accepted;
+        }
+        Ok(())
+    }
 }
 
 async fn produce(
@@ -60,13 +149,17 @@ async fn produce(
     ctx: &mut NodeContext,
     out: &mut Output,
     signals: &Signals,
+    checkpoints: &mut Checkpoints,
 ) -> Result<ProducerEnd, VfError> {
     // Publications on the wire, confirmed on their own tasks and taken back in order.
     let mut window: Window<(String, u64), PublishOutcome> = Window::for_loops();
-    let result = source(cfg, node, ctx, out, signals, &mut window).await;
+    let result = source(cfg, node, ctx, out, signals, &mut window, checkpoints).await;
     // Whatever ended the loop, every publication in flight is confirmed and counted first:
     // the EOS's seq (EOS-7) and an ABORT's count at death include them.
-    let confirmed = confirm_all(out, &mut window).await;
+    let mut confirmed = confirm_all(out, &mut window, checkpoints).await;
+    if confirmed.is_ok() {
+        confirmed = checkpoints.write().await;
+    }
     let end = match (result, confirmed) {
         (Err(e), _) | (Ok(_), Err(e)) => {
             // A publication failure ends a producer (exit 3 for BrokerUnavailable).
@@ -90,13 +183,15 @@ async fn source(
     out: &mut Output,
     signals: &Signals,
     window: &mut Window<(String, u64), PublishOutcome>,
+    checkpoints: &mut Checkpoints,
 ) -> Result<ProducerEnd, VfError> {
     let mut last_end = Instant::now();
     loop {
         crate::health::beat(); // HEALTH-2: each termination check
         while let Some(ended) = window.ready().await {
-            confirmed(out, ended).await?;
+            confirmed(out, ended, checkpoints).await?;
         }
+        checkpoints.write().await?;
         if signals.quiesce.is_set() {
             return Ok(ProducerEnd::Quiesced);
         }
@@ -135,7 +230,7 @@ async fn source(
         window.push((trace_id, seq), pending.bytes(), pending.confirm());
         while window.is_full() {
             if let Some(ended) = window.next().await {
-                confirmed(out, ended).await?;
+                confirmed(out, ended, checkpoints).await?;
             }
         }
     }
@@ -146,22 +241,25 @@ async fn source(
 async fn confirm_all(
     out: &mut Output,
     window: &mut Window<(String, u64), PublishOutcome>,
+    checkpoints: &mut Checkpoints,
 ) -> Result<(), VfError> {
     let mut first_error = None;
     while let Some(ended) = window.next().await {
-        if let Err(e) = confirmed(out, ended).await {
+        if let Err(e) = confirmed(out, ended, checkpoints).await {
             first_error.get_or_insert(e);
         }
     }
     first_error.map_or(Ok(()), Err)
 }
 
-/// One publication taken back: counted (EOS-7, DELIV-4), then the fault schedule's
-/// `source.publish.after`.
+/// One publication taken back: counted (EOS-7, DELIV-4) and, from a replayable source,
+/// noted as accepted (MSGID-6), then the fault schedule's `source.publish.after`.
 async fn confirmed(
     out: &mut Output,
     ((trace_id, seq), result): ((String, u64), Result<PublishOutcome, VfError>),
+    checkpoints: &mut Checkpoints,
 ) -> Result<(), VfError> {
+    checkpoints.note(seq, &result);
     out.record(&result?);
     barrier(Barrier::SourcePublishAfter, || {
         format!("{trace_id} seq {seq}")

@@ -738,6 +738,68 @@ impl RunLedger {
         Ok(new)
     }
 
+    // -- checkpoints of replayable sources (MSGID-6) ------------------------------------------
+
+    /// The last offset of this replica's replayable source that the broker accepted, from
+    /// 1.0.4's `checkpoint/r{replica}` record (`position.offset`); 0 when none was written.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be read; `VF_STATE_UNKNOWN` when the record holds
+    /// no offset a restart could trust (resuming at 0 would re-mint, at a guess lose, items).
+    pub async fn resume_offset(&self) -> Result<u64, VfError> {
+        let key = self.checkpoint_key();
+        let Some(doc) = self.inner.store.get(&key).await?.map(|v| parse(&v.value)) else {
+            return Ok(0);
+        };
+        match doc.get("position").and_then(|p| p.get("offset")) {
+            None => Ok(0),
+            Some(offset) => offset.as_u64().ok_or_else(|| {
+                VfError::new(
+                    ErrorCode::StateUnknown,
+                    format!(
+                        "{}: the checkpoint {key} holds offset {offset}, not a source position.",
+                        self.inner.node
+                    ),
+                )
+                .with_remedy(
+                    "Delete the record to publish the source again from its start (the \
+                     broker's duplicate window and an idempotent sink absorb what was already \
+                     accepted), or write the last accepted offset into position.offset.",
+                )
+            }),
+        }
+    }
+
+    /// Records `offset` as the last accepted one (1.0.4's record: `position.offset`, the
+    /// source's `state` kept as written, `at`). Never moves back: a zombie predecessor still
+    /// confirming older offsets cannot rewind its replacement.
+    ///
+    /// # Errors
+    /// `VF_TRANSIENT` when the store cannot be written.
+    pub async fn checkpoint_offset(&self, offset: u64) -> Result<(), VfError> {
+        self.update(&self.checkpoint_key(), |doc| {
+            let doc = doc.unwrap_or_default();
+            let current = doc
+                .get("position")
+                .and_then(|p| p.get("offset"))
+                .and_then(Json::as_u64);
+            if current.is_some_and(|c| c >= offset) {
+                return None;
+            }
+            let state = doc.get("state").cloned().unwrap_or_else(|| json!(""));
+            Some(object(json!({
+                "at": now(),
+                "position": {"offset": offset},
+                "state": state,
+            })))
+        })
+        .await
+    }
+
+    fn checkpoint_key(&self) -> String {
+        self.key(&["checkpoint", &format!("r{}", self.inner.replica)])
+    }
+
     // -- the CAS loop ---------------------------------------------------------------------
 
     /// Read-modify-write under compare-and-swap (§11.2): `mutate` gets the current document

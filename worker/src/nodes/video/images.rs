@@ -116,6 +116,19 @@ impl Producer for ImageProducer {
         self.returned = true;
         Ok(self.image.take().map(Payload::Tensor))
     }
+
+    /// Its one item is offset 1.
+    fn replayable(&self) -> bool {
+        true
+    }
+
+    fn seek(&mut self, offset: u64) -> Result<(), VfError> {
+        if offset >= 1 {
+            self.returned = true;
+            self.image = None;
+        }
+        Ok(())
+    }
 }
 
 /// `videoflow.producers.video.ImageFolderReader(folder_path)`: every image file directly
@@ -213,5 +226,15 @@ impl Producer for ImageFolderReader {
                 .with_context("frames_delivered", delivered))
             }
         }
+    }
+
+    /// Item `n` is the `n`-th image of the sorted listing `open()` took.
+    fn replayable(&self) -> bool {
+        true
+    }
+
+    fn seek(&mut self, offset: u64) -> Result<(), VfError> {
+        self.next = usize::try_from(offset).unwrap_or(usize::MAX);
+        Ok(())
     }
 }

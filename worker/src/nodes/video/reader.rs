@@ -305,6 +305,35 @@ impl Producer for VideoFileReader {
         }
     }
 
+    /// Item `n` is the file's frame `n` (the tuple's index), whatever process decoded it.
+    fn replayable(&self) -> bool {
+        true
+    }
+
+    /// Decodes and drops the first `offset` frames: exact whatever the file's keyframe
+    /// spacing, where a container seek lands on a keyframe and would have to count anyway.
+    fn seek(&mut self, offset: u64) -> Result<(), VfError> {
+        let target = i64::try_from(offset).unwrap_or(i64::MAX);
+        while self.frame_count < target && self.frame_count != self.nb_frames && !self.ended {
+            let Some(media) = self.media.as_mut() else {
+                break;
+            };
+            match media.next_frame() {
+                Ok(Some(_)) => self.frame_count = self.frame_count.saturating_add(1),
+                Ok(None) => {
+                    self.ended = true;
+                    self.stop();
+                }
+                Err(damage) => {
+                    self.ended = true;
+                    self.stop();
+                    return Err(self.damage_error(damage));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn close(&mut self, _ctx: &mut NodeContext) -> Result<(), VfError> {
         self.stop();
         Ok(())
