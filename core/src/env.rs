@@ -407,7 +407,11 @@ spec:
     /// MSGID-6: `replayable: true` on a producer is `VF_REPLAYABLE=1`; absent, no variable.
     #[test]
     fn msgid_6_a_replayable_producer_gets_vf_replayable() {
-        assert!(!render("cam", &ctx()).expect("renders").contains_key("VF_REPLAYABLE"));
+        assert!(
+            !render("cam", &ctx())
+                .expect("renders")
+                .contains_key("VF_REPLAYABLE")
+        );
         let text = FLOW.replace("kind: producer,", "kind: producer, replayable: true,");
         let doc = parse_flow(&text).expect("parses");
         let flow = compile(&doc).expect("compiles");

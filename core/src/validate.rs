@@ -902,7 +902,10 @@ fn check_node(
 fn replayable_refusal(n: &NodeDecl) -> Option<(String, String)> {
     Some(if n.kind != NodeKind::Producer {
         (
-            format!("'{}' sets replayable, which only describes producers.", n.name),
+            format!(
+                "'{}' sets replayable, which only describes producers.",
+                n.name
+            ),
             "Remove replayable from this node.".to_owned(),
         )
     } else if n.component.python.is_some() {

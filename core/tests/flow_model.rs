@@ -288,9 +288,18 @@ fn msgid_6_replayable_only_on_sources_with_a_position() {
         ]
     );
     assert!(replayable[0].1.contains("live source"), "{replayable:?}");
-    assert!(replayable[1].2.contains("replayable = True"), "{replayable:?}");
-    assert!(replayable[2].2.contains("exec producers are live"), "{replayable:?}");
-    assert!(replayable[3].1.contains("only describes producers"), "{replayable:?}");
+    assert!(
+        replayable[1].2.contains("replayable = True"),
+        "{replayable:?}"
+    );
+    assert!(
+        replayable[2].2.contains("exec producers are live"),
+        "{replayable:?}"
+    );
+    assert!(
+        replayable[3].1.contains("only describes producers"),
+        "{replayable:?}"
+    );
 }
 
 /// STREAM-15a: `credit` only on a single-parent node, messages in 1..=4096, bytes ≥ 1.

@@ -91,7 +91,10 @@ fn kill_and_resume(h: &mut FlowHarness, at: usize) -> Option<u64> {
 /// The offset a restarted producer said it resumed after, if it said so.
 fn resumed_after(log: &str) -> Option<u64> {
     let (_, rest) = log.split_once("resumes after offset ")?;
-    rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// MSGID-6 with a durable run ledger: the replacement resumes after the offset checkpointed

@@ -238,8 +238,10 @@ fn a_redis_run_ledger_restart_mid_flow_loses_nothing() {
         batch_flow(
             "ledgerfaults",
             &flows_common::ledger_spec("{{DURABLE_REDIS}}"),
-            &flows_common::numbers_to_sink(N, "work", IDENTITY, "")
-                .replace("    kind: producer\n", "    kind: producer\n    replayable: true\n"),
+            &flows_common::numbers_to_sink(N, "work", IDENTITY, "").replace(
+                "    kind: producer\n",
+                "    kind: producer\n    replayable: true\n"
+            ),
         )
     );
     let t0 = Instant::now();

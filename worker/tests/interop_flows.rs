@@ -324,9 +324,14 @@ fn msgid_6_a_checkpoint_resumes_a_source_on_either_runtime() {
              rt = FlowRuntime(FileRuntimeStore({root:?}), 'f', 'r', 'cam', replica_id = 1)\n{code}"
         )))
     };
-    let read_back = "st, pos = rt.restore_checkpoint()\nprint((st or b'').hex() or '-', pos.get('offset'))";
+    let read_back =
+        "st, pos = rt.restore_checkpoint()\nprint((st or b'').hex() or '-', pos.get('offset'))";
     assert_eq!(rt.block_on(ledger.resume_offset()).expect("resume"), 0);
-    assert_eq!(reference(read_back).trim(), "- None", "nothing checkpointed yet");
+    assert_eq!(
+        reference(read_back).trim(),
+        "- None",
+        "nothing checkpointed yet"
+    );
     // Ours: 41, then 42; a late 40 (a zombie's receipt) does not rewind it.
     rt.block_on(async {
         for offset in [41, 42, 40] {
@@ -338,7 +343,8 @@ fn msgid_6_a_checkpoint_resumes_a_source_on_either_runtime() {
     // and keeps that state when it moves on.
     reference("rt.checkpoint(bytes([1, 2]), {'offset': 57})");
     assert_eq!(rt.block_on(ledger.resume_offset()).expect("resume"), 57);
-    rt.block_on(ledger.checkpoint_offset(58)).expect("checkpoint");
+    rt.block_on(ledger.checkpoint_offset(58))
+        .expect("checkpoint");
     assert_eq!(reference(read_back).trim(), "0102 58");
     // Another replica's checkpoint is its own.
     assert_eq!(

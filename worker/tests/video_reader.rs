@@ -157,6 +157,47 @@ fn swap_channels_gives_rgb() {
     assert_frames(&got, &want);
 }
 
+/// MSGID-6: a resumed reader (`seek(k)` after `open()`) yields frame k + 1 onwards, with
+/// their own indices and bytes — what the first process would have published next — and a
+/// seek past the end or past `nb_frames` yields nothing.
+#[test]
+fn msgid_6_seek_resumes_at_the_next_frame_byte_for_byte() {
+    let dir = TempDir::new("seek");
+    let file = h264(&dir, "in.mp4", &[]);
+    let want = cli_bgr_frames(&file);
+    let resumed = |offset: u64, extra: Json| {
+        let mut p = json!({"video_file": file.display().to_string()});
+        if let (Some(m), Json::Object(e)) = (p.as_object_mut(), extra) {
+            m.extend(e);
+        }
+        let mut node = reader(CLASS, p).unwrap_or_else(|e| panic!("{}", e.render()));
+        assert!(node.replayable());
+        let mut ctx = NodeContext::new("f", "r", "video", 0);
+        node.open(&mut ctx).expect("opens");
+        node.seek(offset).expect("seeks");
+        let mut out = Vec::new();
+        while let Some(item) = node.next(&mut ctx).expect("reads") {
+            out.push(unpack(item, None));
+        }
+        node.close(&mut ctx).expect("closes");
+        out
+    };
+    let got = resumed(5, json!({}));
+    assert_eq!(got.len(), FRAMES - 5);
+    for (g, (i, w)) in got.iter().zip(want.iter().enumerate().skip(5)) {
+        assert_eq!(g.index, i as i64 + 1);
+        assert!(g.data == *w, "frame {} differs after the seek", i + 1);
+    }
+    assert!(resumed(FRAMES as u64 + 3, json!({})).is_empty());
+    let capped = resumed(5, json!({"nb_frames": 7}));
+    assert_eq!(
+        capped.iter().map(|o| o.index).collect::<Vec<_>>(),
+        [6, 7],
+        "nb_frames counts the frames before the resume point"
+    );
+    assert!(resumed(9, json!({"nb_frames": 7})).is_empty());
+}
+
 #[test]
 fn nb_frames_stops_after_that_many_and_zero_reads_none() {
     let dir = TempDir::new("nb");

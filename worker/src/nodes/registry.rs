@@ -415,16 +415,17 @@ mod tests {
     /// The parameters each class's builder reads, and their shapes, are the catalog's.
     /// Required ones are found the way a user finds them: build, read the error's `param`,
     /// supply it, build again.
+    /// A class built by [`build_supplied`]: the node (`None` in a build without video), the
+    /// params it took and what it read.
+    struct Supplied {
+        node: Option<BuiltNode>,
+        params: Map<String, Json>,
+        reads: Vec<(&'static str, ParamType)>,
+    }
+
     /// Builds `spec` as a user would: build, read the error's `param`, supply a sample of
-    /// it, build again. The node (`None` in a build without video), the params it took and
-    /// what it read.
-    fn build_supplied(
-        spec: &ClassSpec,
-    ) -> (
-        Option<BuiltNode>,
-        Map<String, Json>,
-        Vec<(&'static str, ParamType)>,
-    ) {
+    /// it, build again.
+    fn build_supplied(spec: &ClassSpec) -> Supplied {
         let Some((_, entry)) = lookup(spec.canonical) else {
             panic!("{}: no builder", spec.canonical);
         };
@@ -434,9 +435,19 @@ mod tests {
             let built = build_with(spec, entry, &mut reader);
             let reads = reader.reads().to_vec();
             match built {
-                Ok(node) => return (Some(node), params, reads),
+                Ok(node) => {
+                    return Supplied {
+                        node: Some(node),
+                        params,
+                        reads,
+                    };
+                }
                 Err(e) if e.message.contains("without video") => {
-                    return (None, params, Vec::new());
+                    return Supplied {
+                        node: None,
+                        params,
+                        reads: Vec::new(),
+                    };
                 }
                 Err(e) => {
                     let missing = e
@@ -461,7 +472,7 @@ mod tests {
     #[test]
     fn every_class_reads_exactly_the_catalog_params() {
         for spec in catalog::CLASSES {
-            let (_, params, reads) = build_supplied(spec);
+            let Supplied { params, reads, .. } = build_supplied(spec);
             if reads.is_empty() && cfg!(not(feature = "video")) {
                 continue;
             }
@@ -499,9 +510,13 @@ mod tests {
     /// can seek, so a Flow admitted never meets the worker's refusal.
     #[test]
     fn msgid_6_the_catalog_replayable_producers_are_the_ones_that_seek() {
-        for spec in catalog::CLASSES.iter().filter(|c| c.kind == NodeKind::Producer) {
-            let (node, _, _) = build_supplied(spec);
-            let Some(node) = node else { continue };
+        for spec in catalog::CLASSES
+            .iter()
+            .filter(|c| c.kind == NodeKind::Producer)
+        {
+            let Some(node) = build_supplied(spec).node else {
+                continue;
+            };
             let BuiltNode::Producer(p) = node else {
                 panic!("{}: not built as a producer", spec.canonical);
             };

@@ -210,7 +210,8 @@ async fn run_loop(
         BuiltNode::Producer(mut producer) => {
             let mut output = output;
             let _health = guards::start_health(cfg, broker).await?; // step 9
-            let code = match produce::run(cfg, producer.as_mut(), ctx, &mut output, signals, ledger).await?
+            let code = match produce::run(cfg, producer.as_mut(), ctx, &mut output, signals, ledger)
+                .await?
             {
                 ProducerEnd::Finished => 0,
                 ProducerEnd::Quiesced => EXIT_TERMINATED,
