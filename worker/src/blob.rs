@@ -23,9 +23,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
 use tokio::sync::Mutex;
+#[cfg(doc)]
+use videoflow_core::envelope::encode_payload_segments;
 use videoflow_core::envelope::proto::BlobRef;
 use videoflow_core::envelope::{BLOBREF_TYPE, Payload, decode_payload_bytes, encode_payload};
 use videoflow_core::errors::{ErrorCode, VfError};
@@ -396,23 +399,54 @@ impl BlobStore {
             .await
     }
 
-    /// [`BlobStore::put`] that releases `bytes` as soon as the command holds its own copy,
-    /// so an encoded frame is not held twice across the round trip (6 MB at 1080p).
-    pub async fn put_owned(
+    /// [`BlobStore::put`] of a payload encoded as segments
+    /// ([`videoflow_core::envelope::encode_payload_segments`]; `size` bytes in all), written
+    /// in pieces of at most [`PUT_PIECE`] bytes: `SET <ref> <first> EX <ttl>`, then `APPEND`
+    /// each further piece, then the counter (BLOB-5).
+    ///
+    /// Why pieces: the client copies each command's arguments twice (into the command, then
+    /// into the packed request), so one `SET` of a 6 MB frame cost two frame-sized buffers on
+    /// top of the encoding; here the frame's own buffer is read in 1 MiB views and the copies
+    /// are piece-sized. The object is complete before the reference is published, so no
+    /// reader sees a part of it; a failure half-way leaves a part nobody names, which its
+    /// TTL reclaims.
+    pub async fn put_segments(
         &self,
-        bytes: Vec<u8>,
+        parts: Vec<Bytes>,
+        size: usize,
         inner_payload_type: &str,
     ) -> Result<BlobRef, BlobError> {
-        let (set, reference) = self.set_command(&bytes);
-        let size = bytes.len();
-        drop(bytes);
-        self.store(set, reference, size, inner_payload_type).await
+        let reference = new_reference();
+        let mut pieces = parts.iter().flat_map(|part| {
+            (0..part.len())
+                .step_by(PUT_PIECE)
+                .map(move |at| part.slice(at..part.len().min(at + PUT_PIECE)))
+        });
+        let mut set = redis::cmd("SET");
+        set.arg(&reference)
+            .arg(pieces.next().unwrap_or_default().as_ref())
+            .arg("EX")
+            .arg(self.ttl_seconds);
+        self.link
+            .query::<()>(&set)
+            .await
+            .map_err(|e| classify(&e, format!("storing {size} bytes")))?;
+        drop(set);
+        for piece in pieces {
+            let mut append = redis::cmd("APPEND");
+            append.arg(&reference).arg(piece.as_ref());
+            self.link
+                .query::<i64>(&append)
+                .await
+                .map_err(|e| classify(&e, format!("storing {size} bytes")))?;
+        }
+        drop(parts);
+        self.counted(reference, size, inner_payload_type).await
     }
 
     /// `SET <new ref> <bytes> EX <ttl>`, its buffer sized once for the bytes.
     fn set_command(&self, bytes: &[u8]) -> (redis::Cmd, String) {
-        let hex = uuid::Uuid::new_v4().simple().to_string();
-        let reference = format!("{BLOB_KEY_PREFIX}{hex}");
+        let reference = new_reference();
         let mut set = redis::Cmd::with_capacity(5, bytes.len() + reference.len() + 32);
         set.arg("SET")
             .arg(&reference)
@@ -435,6 +469,16 @@ impl BlobStore {
             .await
             .map_err(|e| classify(&e, format!("storing {size} bytes")))?;
         drop(set);
+        self.counted(reference, size, inner_payload_type).await
+    }
+
+    /// After the blob: its reader counter when `VF_BLOB_READERS` asks for one (BLOB-5).
+    async fn counted(
+        &self,
+        reference: String,
+        size: usize,
+        inner_payload_type: &str,
+    ) -> Result<BlobRef, BlobError> {
         if let Some(readers) = self.readers {
             let counter = counter_key(&reference);
             let mut set = redis::cmd("SET");
@@ -573,9 +617,18 @@ pub fn threshold_for(
     Ok(safe)
 }
 
+/// The largest piece of a blob one command carries ([`BlobStore::put_segments`]).
+pub const PUT_PIECE: usize = 1 << 20;
+
+/// `vf-blob-` + 32 lowercase hex of a random UUID4 (BLOB-3).
+fn new_reference() -> String {
+    format!("{BLOB_KEY_PREFIX}{}", uuid::Uuid::new_v4().simple())
+}
+
 /// Publisher side of BLOB-1/BLOB-2: keeps an encoded payload inline or offloads it.
 ///
-/// `payload_type`/`bytes` come from [`encode_payload`]. Only a payload **strictly** larger
+/// `payload_type`, `parts` and `len` come from [`encode_payload_segments`] (the encoding
+/// in pieces, `len` bytes in all). Only a payload **strictly** larger
 /// than `threshold` is offloaded; it is then replaced by
 /// `(videoflow.v1.BlobRef, BlobRef{ref, inner_payload_type, size})`. Over the threshold
 /// without a store is the BLOB-2 encode error naming `MAX_INLINE_PAYLOAD_BYTES`, returned as
@@ -584,35 +637,32 @@ pub fn threshold_for(
 /// [`BlobError::into_publish_error`].
 pub async fn offload_if_needed(
     payload_type: String,
-    bytes: Vec<u8>,
+    parts: Vec<Bytes>,
+    len: usize,
     threshold: usize,
     store: Option<&BlobStore>,
 ) -> Result<(String, Vec<u8>), VfError> {
-    if bytes.len() <= threshold {
-        return Ok((payload_type, bytes));
+    if len <= threshold {
+        return Ok((payload_type, parts.concat()));
     }
     let Some(store) = store else {
         return Err(VfError::new(
             ErrorCode::PoisonSchema,
             format!(
-                "Payload of {} bytes exceeds MAX_INLINE_PAYLOAD_BYTES ({threshold}) and no \
-                 blob_store was configured to offload it to.",
-                bytes.len()
+                "Payload of {len} bytes exceeds MAX_INLINE_PAYLOAD_BYTES ({threshold}) and no \
+                 blob_store was configured to offload it to."
             ),
         )
         .with_remedy(
             "Configure VF_BLOB_REDIS_URL (VIDEOFLOW_BLOB_REDIS_URL) or raise \
              VIDEOFLOW_MAX_INLINE_PAYLOAD_BYTES.",
         )
-        .with_context("size", bytes.len())
+        .with_context("size", len)
         .with_context("threshold", threshold));
     };
-    barrier(Barrier::PayloadWriteBefore, || {
-        format!("{} bytes", bytes.len())
-    })
-    .await?;
+    barrier(Barrier::PayloadWriteBefore, || format!("{len} bytes")).await?;
     let blob_ref = store
-        .put_owned(bytes, &payload_type)
+        .put_segments(parts, len, &payload_type)
         .await
         .map_err(BlobError::into_publish_error)?;
     barrier(Barrier::PayloadWriteAfter, || blob_ref.r#ref.clone()).await?;

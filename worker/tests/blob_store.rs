@@ -95,6 +95,54 @@ async fn blob5_blob7_ttl_set_on_blob_and_counter() {
     }
 }
 
+/// BLOB-1/5: a 1080p frame offloaded from its segments (the encoding's header, then the
+/// frame's own buffer in 1 MiB pieces: SET, then APPENDs) is stored whole — the bytes
+/// `encode_payload` gives — with its TTL and counter, and resolves back to the frame.
+#[tokio::test]
+async fn blob1_blob5_a_frame_written_in_pieces_is_stored_whole() {
+    use videoflow_core::envelope::encode_payload_segments;
+    use videoflow_core::value::Tensor;
+    let server = redis();
+    let mut conn = raw(&server).await;
+    let store = BlobStore::connect(&server.url(), 777, Some(2)).expect("store");
+    let frame = Tensor {
+        shape: vec![1080, 1920, 3],
+        dtype: "uint8".into(),
+        data: (0..1920 * 1080 * 3)
+            .map(|i| (i % 253) as u8)
+            .collect::<Vec<u8>>()
+            .into(),
+    };
+    let payload = Payload::Value(Value::List(vec![Value::Int(42), Value::Tensor(frame)]));
+    let (_, whole) = encode_payload(&payload).expect("encode");
+    let (ptype, parts, len) = encode_payload_segments(&payload).expect("encode");
+    assert!(
+        len > 5 * videoflow_worker::blob::PUT_PIECE,
+        "several pieces"
+    );
+    let (t, b) = offload_if_needed(ptype, parts, len, 512 * 1024, Some(&store))
+        .await
+        .expect("offload");
+    assert_eq!(t, BLOBREF_TYPE);
+    let Payload::BlobRef(r) = decode_payload(&t, &b).expect("blobref") else {
+        panic!("not a BlobRef");
+    };
+    assert_eq!(r.size, whole.len() as u64);
+    assert!(
+        store.get(&r.r#ref).await.expect("get") == whole,
+        "the stored bytes are the contiguous encoding"
+    );
+    for key in [r.r#ref.clone(), counter_key(&r.r#ref)] {
+        let ttl: i64 = cmd(&mut conn, "TTL", &[&key]).await;
+        assert!((770..=777).contains(&ttl), "{key}: ttl {ttl}");
+    }
+    assert_eq!(
+        cmd::<String>(&mut conn, "GET", &[&counter_key(&r.r#ref)]).await,
+        "2"
+    );
+    assert_eq!(resolve(&r, Some(&store)).await.expect("resolve"), payload);
+}
+
 #[tokio::test]
 async fn blob6_release_with_two_readers_needs_two_releases() {
     let server = redis();
@@ -264,19 +312,20 @@ async fn blob1_blob2_offload_only_strictly_above_threshold() {
     let payload = Payload::Value(Value::Bytes(vec![7u8; 1000]));
     let (ptype, bytes) = encode_payload(&payload).expect("encode");
     let n = bytes.len();
+    let parts = || vec![bytes::Bytes::from(bytes.clone())];
 
     // Exactly at the threshold: inline, even without a store.
-    let (t, b) = offload_if_needed(ptype.clone(), bytes.clone(), n, None)
+    let (t, b) = offload_if_needed(ptype.clone(), parts(), n, n, None)
         .await
         .expect("inline");
     assert_eq!((t.as_str(), &b), (VALUE_TYPE, &bytes));
-    let (t, b) = offload_if_needed(ptype.clone(), bytes.clone(), n, Some(&store))
+    let (t, b) = offload_if_needed(ptype.clone(), parts(), n, n, Some(&store))
         .await
         .expect("inline");
     assert_eq!((t.as_str(), &b), (VALUE_TYPE, &bytes));
 
     // One byte over without a store: BLOB-2.
-    let e = offload_if_needed(ptype.clone(), bytes.clone(), n - 1, None)
+    let e = offload_if_needed(ptype.clone(), parts(), n, n - 1, None)
         .await
         .expect_err("no store");
     assert!(
@@ -294,7 +343,7 @@ async fn blob1_blob2_offload_only_strictly_above_threshold() {
     );
 
     // One byte over with a store: a BlobRef that resolves back to the payload.
-    let (t, b) = offload_if_needed(ptype.clone(), bytes.clone(), n - 1, Some(&store))
+    let (t, b) = offload_if_needed(ptype.clone(), parts(), n, n - 1, Some(&store))
         .await
         .expect("offload");
     assert_eq!(t, BLOBREF_TYPE);

@@ -39,7 +39,9 @@ pub use error::{CODE_DECODE, CODE_ENCODE, EnvelopeError, TensorError};
 pub use payload::{
     BLOBREF_TYPE, DETECTIONS_TYPE, FRAME_TYPE, Payload, TENSOR_TYPE, TRACKS_TYPE, VALUE_TYPE,
 };
-pub use payload_codec::{decode_payload, decode_payload_bytes, encode_payload};
+pub use payload_codec::{
+    decode_payload, decode_payload_bytes, encode_payload, encode_payload_segments,
+};
 pub use record::{ENVELOPE_VERSION, Envelope, MsgType};
 pub use value_codec::MAX_VALUE_DEPTH;
 pub use wire_error::{MAX_ERROR_TEXT_CHARS, UNKNOWN_ERROR_CODE, WireError};

@@ -9,7 +9,9 @@ use super::fast;
 use super::payload::{
     BLOBREF_TYPE, DETECTIONS_TYPE, FRAME_TYPE, Payload, TENSOR_TYPE, TRACKS_TYPE, VALUE_TYPE,
 };
-use super::wire::{Sizes, WireTensor, WireValue, check_value, measure_payload, put_payload};
+use super::wire::{
+    Segments, Sizes, WireTensor, WireValue, check_value, measure_payload, put_payload,
+};
 
 /// Encodes a DATA payload to its `(payload_type, bytes)` pair (§4.3).
 ///
@@ -24,6 +26,22 @@ pub fn encode_payload(payload: &Payload) -> Result<(String, Vec<u8>), EnvelopeEr
     put_payload(&mut data, payload, &mut sizes);
     let payload_type = payload.payload_type().unwrap_or_default().to_owned();
     Ok((payload_type, data))
+}
+
+/// [`encode_payload`] as segments whose concatenation is its bytes, tensor data of 64 KiB
+/// or more borrowed from the payload rather than copied, with the encoded length.
+///
+/// Why: the payload store (BLOB-1) writes a large payload in pieces anyway; a 1080p frame
+/// then reaches the store's client without a frame-sized copy of its own.
+pub fn encode_payload_segments(
+    payload: &Payload,
+) -> Result<(String, Vec<Bytes>, usize), EnvelopeError> {
+    let mut sizes = Sizes::default();
+    let len = measure_payload(payload, &mut sizes)?;
+    let mut out = Segments::default();
+    put_payload(&mut out, payload, &mut sizes);
+    let payload_type = payload.payload_type().unwrap_or_default().to_owned();
+    Ok((payload_type, out.into_parts(), len))
 }
 
 /// Decodes DATA payload bytes by their `payload_type` (§4.3).

@@ -355,3 +355,55 @@ fn msg_type_words() {
     assert_eq!(MsgType::Eos.as_str(), "eos");
     assert_eq!(MsgType::Abort.as_str(), "abort");
 }
+
+/// BLOB-1: the segmented encoding is the contiguous one cut into pieces — for every payload
+/// shape — and a large tensor's data travels as a view of the tensor's own buffer.
+#[test]
+fn blob_1_segments_concatenate_to_the_contiguous_encoding() {
+    let frame = Tensor {
+        shape: vec![480, 640, 3],
+        dtype: "uint8".into(),
+        data: (0..640 * 480 * 3)
+            .map(|i| (i % 251) as u8)
+            .collect::<Vec<u8>>()
+            .into(),
+    };
+    let small = Tensor {
+        shape: vec![2, 2],
+        dtype: "float32".into(),
+        data: vec![0u8; 16].into(),
+    };
+    let mut meta = BTreeMap::new();
+    meta.insert("boxes".to_owned(), Value::Tensor(small.clone()));
+    meta.insert("frame".to_owned(), Value::Tensor(frame.clone()));
+    meta.insert("empty".to_owned(), Value::Map(BTreeMap::new()));
+    let payloads = [
+        Payload::Tensor(frame.clone()),
+        Payload::Tensor(small),
+        Payload::Value(Value::List(vec![
+            Value::Int(7),
+            Value::Tensor(frame.clone()),
+        ])),
+        Payload::Value(Value::Map(meta)),
+        Payload::Value(Value::String("x".repeat(100_000))),
+        Payload::Opaque {
+            payload_type: "my.Type".into(),
+            data: vec![1, 2, 3].into(),
+        },
+    ];
+    for p in &payloads {
+        let (ty, whole) = encode_payload(p).expect("encodes");
+        let (seg_ty, parts, len) = encode_payload_segments(p).expect("encodes");
+        assert_eq!(seg_ty, ty);
+        assert_eq!(len, whole.len());
+        assert!(parts.iter().all(|s| !s.is_empty()), "no empty segment");
+        assert_eq!(parts.concat(), whole, "{ty}");
+    }
+    let (_, parts, _) = encode_payload_segments(&payloads[2]).expect("encodes");
+    assert!(
+        parts
+            .iter()
+            .any(|s| s.as_ptr() == frame.data.as_ptr() && s.len() == frame.data.len()),
+        "the frame's data is borrowed, not copied"
+    );
+}

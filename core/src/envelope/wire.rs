@@ -81,7 +81,72 @@ fn tensor_body_len(t: &Tensor) -> usize {
     shape + str_field_len(2, t.dtype.as_bytes()) + str_field_len(3, &t.data)
 }
 
-fn put_tensor_body(buf: &mut Vec<u8>, t: &Tensor) {
+/// Where an encode writes: one contiguous buffer, or [`Segments`] that borrow large tensor
+/// data instead of copying it. Everything but tensor data goes through [`Out::buf`].
+pub(super) trait Out {
+    /// The buffer small fields are written to.
+    fn buf(&mut self) -> &mut Vec<u8>;
+
+    /// A tensor's `data` bytes (their field key and length are already written).
+    fn tensor_data(&mut self, data: &Bytes) {
+        self.buf().extend_from_slice(data);
+    }
+}
+
+impl Out for Vec<u8> {
+    fn buf(&mut self) -> &mut Vec<u8> {
+        self
+    }
+}
+
+/// Tensor data at least this long is borrowed by [`Segments`], not copied.
+const BORROW_AT_LEAST: usize = 64 * 1024;
+
+/// An encoding as a list of byte strings whose concatenation is the contiguous encoding:
+/// small fields copied into owned segments, large tensor data borrowed (a reference-counted
+/// view of the tensor's own buffer).
+///
+/// Why: a 1080p frame offloaded to the payload store (BLOB-1) is 6 MB that the store's client
+/// copies anyway; encoding it into one contiguous buffer first only added a copy and a
+/// frame-sized allocation per publication.
+#[derive(Debug, Default)]
+pub(super) struct Segments {
+    done: Vec<Bytes>,
+    current: Vec<u8>,
+}
+
+impl Segments {
+    /// The segments, in order (none empty).
+    pub(super) fn into_parts(mut self) -> Vec<Bytes> {
+        self.flush();
+        self.done
+    }
+
+    fn flush(&mut self) {
+        if !self.current.is_empty() {
+            self.done
+                .push(Bytes::from(std::mem::take(&mut self.current)));
+        }
+    }
+}
+
+impl Out for Segments {
+    fn buf(&mut self) -> &mut Vec<u8> {
+        &mut self.current
+    }
+
+    fn tensor_data(&mut self, data: &Bytes) {
+        if data.len() < BORROW_AT_LEAST {
+            self.current.extend_from_slice(data);
+        } else {
+            self.flush();
+            self.done.push(data.clone());
+        }
+    }
+}
+
+fn put_tensor_body(out: &mut impl Out, t: &Tensor) {
+    let buf = out.buf();
     if !t.shape.is_empty() {
         let packed: usize = t.shape.iter().map(|&d| encoded_len_varint(d as u64)).sum();
         encode_key(1, WireType::LengthDelimited, buf);
@@ -91,7 +156,11 @@ fn put_tensor_body(buf: &mut Vec<u8>, t: &Tensor) {
         }
     }
     put_str_field(buf, 2, t.dtype.as_bytes());
-    put_str_field(buf, 3, &t.data);
+    if !t.data.is_empty() {
+        encode_key(3, WireType::LengthDelimited, buf);
+        encode_varint(t.data.len() as u64, buf);
+        out.tensor_data(&t.data);
+    }
 }
 
 /// The body lengths of the lists and non-empty maps of one value tree, in pre-order.
@@ -200,7 +269,8 @@ fn value_len(v: &Value, sizes: &Sizes) -> usize {
 }
 
 /// Writes `v` as a `videoflow.v1.Value` message body; [`measure_value`] ran first.
-pub(super) fn put_value(buf: &mut Vec<u8>, v: &Value, sizes: &mut Sizes) {
+pub(super) fn put_value(out: &mut impl Out, v: &Value, sizes: &mut Sizes) {
+    let buf = out.buf();
     match v {
         Value::Null => {
             encode_key(1, WireType::Varint, buf);
@@ -232,36 +302,38 @@ pub(super) fn put_value(buf: &mut Vec<u8>, v: &Value, sizes: &mut Sizes) {
             encode_key(7, WireType::LengthDelimited, buf);
             encode_varint(sizes.take() as u64, buf);
             for item in items {
+                let buf = out.buf();
                 encode_key(1, WireType::LengthDelimited, buf);
                 encode_varint(value_len(item, sizes) as u64, buf);
-                put_value(buf, item, sizes);
+                put_value(out, item, sizes);
             }
         }
         Value::Map(m) if m.is_empty() => {}
         Value::Map(m) => {
             encode_key(8, WireType::LengthDelimited, buf);
             encode_varint(sizes.take() as u64, buf);
-            put_entries(buf, 1, m, sizes);
+            put_entries(out, 1, m, sizes);
         }
         Value::Tensor(t) => {
             encode_key(9, WireType::LengthDelimited, buf);
             encode_varint(tensor_body_len(t) as u64, buf);
-            put_tensor_body(buf, t);
+            put_tensor_body(out, t);
         }
     }
 }
 
 /// Writes the entries of a `map<string, Value>` field numbered `tag`.
-fn put_entries(buf: &mut Vec<u8>, tag: u32, m: &BTreeMap<String, Value>, sizes: &mut Sizes) {
+fn put_entries(out: &mut impl Out, tag: u32, m: &BTreeMap<String, Value>, sizes: &mut Sizes) {
     for (k, x) in m {
         let vlen = value_len(x, sizes);
+        let buf = out.buf();
         encode_key(tag, WireType::LengthDelimited, buf);
         encode_varint(entry_len(k, vlen) as u64, buf);
         put_str_field(buf, 1, k.as_bytes());
         if vlen != 0 {
             encode_key(2, WireType::LengthDelimited, buf);
             encode_varint(vlen as u64, buf);
-            put_value(buf, x, sizes);
+            put_value(out, x, sizes);
         }
     }
 }
@@ -290,16 +362,16 @@ pub(super) fn measure_payload(p: &Payload, sizes: &mut Sizes) -> Result<usize, E
 }
 
 /// Writes a payload [`measure_payload`] accepted.
-pub(super) fn put_payload(buf: &mut Vec<u8>, p: &Payload, sizes: &mut Sizes) {
+pub(super) fn put_payload(out: &mut impl Out, p: &Payload, sizes: &mut Sizes) {
     match p {
         Payload::None => {}
-        Payload::Tensor(t) => put_tensor_body(buf, t),
-        Payload::Value(v) => put_value(buf, v, sizes),
-        Payload::Frame(m) => m.encode_raw(buf),
-        Payload::Detections(m) => m.encode_raw(buf),
-        Payload::Tracks(m) => m.encode_raw(buf),
-        Payload::BlobRef(m) => m.encode_raw(buf),
-        Payload::Opaque { data, .. } => buf.extend_from_slice(data),
+        Payload::Tensor(t) => put_tensor_body(out, t),
+        Payload::Value(v) => put_value(out, v, sizes),
+        Payload::Frame(m) => m.encode_raw(out.buf()),
+        Payload::Detections(m) => m.encode_raw(out.buf()),
+        Payload::Tracks(m) => m.encode_raw(out.buf()),
+        Payload::BlobRef(m) => m.encode_raw(out.buf()),
+        Payload::Opaque { data, .. } => out.buf().extend_from_slice(data),
     }
 }
 

@@ -66,12 +66,14 @@ impl Output {
     /// then [`Output::record`]s its outcome.
     pub(crate) async fn start_data(&mut self, mut env: Envelope) -> Result<Pending, VfError> {
         let payload = std::mem::take(&mut env.payload);
-        let (payload_type, bytes) = envelope::encode_payload(&payload).map_err(encode_error)?;
-        // The encoding holds its own copy: the node's value (a video frame's buffer, which
-        // its reader reuses) is released before the store round trip, not after.
+        // Large tensor data stays a view of the node's buffer (a video frame's, which its
+        // reader reuses once every view is dropped): copied once into the inline envelope,
+        // or read in pieces by the payload store's client.
+        let (payload_type, parts, len) =
+            envelope::encode_payload_segments(&payload).map_err(encode_error)?;
         drop(payload);
         let (payload_type, data) =
-            blob::offload_if_needed(payload_type, bytes, self.threshold, self.blob.as_ref())
+            blob::offload_if_needed(payload_type, parts, len, self.threshold, self.blob.as_ref())
                 .await?;
         env.payload = Payload::Opaque { payload_type, data };
         record_publish(&env);
