@@ -388,7 +388,7 @@ fn blob_1_segments_concatenate_to_the_contiguous_encoding() {
         Payload::Value(Value::String("x".repeat(100_000))),
         Payload::Opaque {
             payload_type: "my.Type".into(),
-            data: vec![1, 2, 3].into(),
+            data: vec![1, 2, 3],
         },
     ];
     for p in &payloads {
