@@ -389,27 +389,26 @@ impl BlobStore {
     }
 
     /// Stores an encoded payload and returns the reference to publish in its place (BLOB-1,
-    /// BLOB-3, BLOB-5).
-    ///
-    /// The blob is written before its counter, so a failure in between leaves a counterless
-    /// blob that expires by TTL rather than a counter that could reclaim a blob early.
+    /// BLOB-3, BLOB-5): [`BlobStore::put_segments`] of one segment.
     pub async fn put(&self, bytes: &[u8], inner_payload_type: &str) -> Result<BlobRef, BlobError> {
-        let (set, reference) = self.set_command(bytes);
-        self.store(set, reference, bytes.len(), inner_payload_type)
+        let parts = vec![Bytes::copy_from_slice(bytes)];
+        self.put_segments(parts, bytes.len(), inner_payload_type)
             .await
     }
 
-    /// [`BlobStore::put`] of a payload encoded as segments
-    /// ([`videoflow_core::envelope::encode_payload_segments`]; `size` bytes in all), written
-    /// in pieces of at most [`PUT_PIECE`] bytes: `SET <ref> <first> EX <ttl>`, then `APPEND`
-    /// each further piece, then the counter (BLOB-5).
+    /// Stores a payload encoded as segments
+    /// ([`videoflow_core::envelope::encode_payload_segments`]; `size` bytes in all) and
+    /// returns its reference: the blob in pieces of at most [`PUT_PIECE`] bytes — `SET <ref>
+    /// <first> EX <ttl>`, then `APPEND` each further piece — then its reader counter (BLOB-5).
     ///
     /// Why pieces: the client copies each command's arguments twice (into the command, then
     /// into the packed request), so one `SET` of a 6 MB frame cost two frame-sized buffers on
     /// top of the encoding; here the frame's own buffer is read in 1 MiB views and the copies
     /// are piece-sized. The object is complete before the reference is published, so no
     /// reader sees a part of it; a failure half-way leaves a part nobody names, which its
-    /// TTL reclaims.
+    /// TTL reclaims. The blob is written before its counter, so a failure in between leaves a
+    /// counterless blob that expires by TTL rather than a counter that could reclaim a blob
+    /// early.
     pub async fn put_segments(
         &self,
         parts: Vec<Bytes>,
@@ -422,16 +421,11 @@ impl BlobStore {
                 .step_by(PUT_PIECE)
                 .map(move |at| part.slice(at..part.len().min(at + PUT_PIECE)))
         });
-        let mut set = redis::cmd("SET");
-        set.arg(&reference)
-            .arg(pieces.next().unwrap_or_default().as_ref())
-            .arg("EX")
-            .arg(self.ttl_seconds);
-        self.link
-            .query::<()>(&set)
-            .await
-            .map_err(|e| classify(&e, format!("storing {size} bytes")))?;
-        drop(set);
+        let first = pieces.next().unwrap_or_default();
+        self.set_expiring(&reference, first.as_ref(), || {
+            format!("storing {size} bytes")
+        })
+        .await?;
         for piece in pieces {
             let mut append = redis::cmd("APPEND");
             append.arg(&reference).arg(piece.as_ref());
@@ -441,61 +435,33 @@ impl BlobStore {
                 .map_err(|e| classify(&e, format!("storing {size} bytes")))?;
         }
         drop(parts);
-        self.counted(reference, size, inner_payload_type).await
-    }
-
-    /// `SET <new ref> <bytes> EX <ttl>`, its buffer sized once for the bytes.
-    fn set_command(&self, bytes: &[u8]) -> (redis::Cmd, String) {
-        let reference = new_reference();
-        let mut set = redis::Cmd::with_capacity(5, bytes.len() + reference.len() + 32);
-        set.arg("SET")
-            .arg(&reference)
-            .arg(bytes)
-            .arg("EX")
-            .arg(self.ttl_seconds);
-        (set, reference)
-    }
-
-    /// Runs the `SET` of a blob of `size` bytes, then its reader counter (BLOB-5).
-    async fn store(
-        &self,
-        set: redis::Cmd,
-        reference: String,
-        size: usize,
-        inner_payload_type: &str,
-    ) -> Result<BlobRef, BlobError> {
-        self.link
-            .query::<()>(&set)
-            .await
-            .map_err(|e| classify(&e, format!("storing {size} bytes")))?;
-        drop(set);
-        self.counted(reference, size, inner_payload_type).await
-    }
-
-    /// After the blob: its reader counter when `VF_BLOB_READERS` asks for one (BLOB-5).
-    async fn counted(
-        &self,
-        reference: String,
-        size: usize,
-        inner_payload_type: &str,
-    ) -> Result<BlobRef, BlobError> {
         if let Some(readers) = self.readers {
             let counter = counter_key(&reference);
-            let mut set = redis::cmd("SET");
-            set.arg(&counter)
-                .arg(readers)
-                .arg("EX")
-                .arg(self.ttl_seconds);
-            self.link
-                .query::<()>(&set)
-                .await
-                .map_err(|e| classify(&e, format!("writing the reader counter {counter}")))?;
+            self.set_expiring(&counter, readers, || {
+                format!("writing the reader counter {counter}")
+            })
+            .await?;
         }
         Ok(BlobRef {
             r#ref: reference,
             inner_payload_type: inner_payload_type.to_owned(),
             size: size as u64,
         })
+    }
+
+    /// `SET <key> <value> EX <ttl>` (BLOB-5, BLOB-7); a failure names `operation`.
+    async fn set_expiring(
+        &self,
+        key: &str,
+        value: impl redis::ToRedisArgs,
+        operation: impl FnOnce() -> String,
+    ) -> Result<(), BlobError> {
+        let mut set = redis::cmd("SET");
+        set.arg(key).arg(value).arg("EX").arg(self.ttl_seconds);
+        self.link
+            .query::<()>(&set)
+            .await
+            .map_err(|e| classify(&e, operation()))
     }
 
     /// Fetches the bytes stored under `reference` (BLOB-3).

@@ -217,21 +217,36 @@ fn reference_output(child: std::process::Child) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// STORE-4 on one directory shared with 1.0.4's own `FileRuntimeStore`: our appends count
-/// the reference's lines (caught up by length, never re-read), the reference counts ours,
-/// appends racing from both sides lose nothing and number every line once, and CAS versions
-/// interleave.
-#[test]
-fn ledger_file_store_shared_with_the_reference_store() {
-    use videoflow_worker::store::RuntimeStore;
-    let dir = std::env::temp_dir().join(format!("vf-shared-{}", uuid::Uuid::new_v4().simple()));
+/// A fresh directory (`prefix-<uuid>` under the temp dir), its path as text, a runtime to
+/// drive our store, and our `file://` store on it: the ledger a test shares with 1.0.4's
+/// `FileRuntimeStore` ([`reference_store`]).
+fn shared_file_store(
+    prefix: &str,
+) -> (
+    std::path::PathBuf,
+    String,
+    tokio::runtime::Runtime,
+    videoflow_worker::store::RuntimeStore,
+) {
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4().simple()));
     let root = dir.display().to_string();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
-    let ours = RuntimeStore::open(&format!("file://{root}")).expect("store");
+    let store =
+        videoflow_worker::store::RuntimeStore::open(&format!("file://{root}")).expect("store");
+    (dir, root, rt, store)
+}
+
+/// STORE-4 on one directory shared with 1.0.4's own `FileRuntimeStore`: our appends count
+/// the reference's lines (caught up by length, never re-read), the reference counts ours,
+/// appends racing from both sides lose nothing and number every line once, and CAS versions
+/// interleave.
+#[test]
+fn ledger_file_store_shared_with_the_reference_store() {
+    let (dir, root, rt, ours) = shared_file_store("vf-shared");
     let log = "vf/f/r/n/received/p/d/r0";
     rt.block_on(async {
         for (i, rec) in [b"a", b"b", b"c"].iter().enumerate() {
@@ -305,16 +320,8 @@ fn ledger_file_store_shared_with_the_reference_store() {
 /// offset its predecessor had accepted.
 #[test]
 fn msgid_6_a_checkpoint_resumes_a_source_on_either_runtime() {
-    use videoflow_worker::store::RuntimeStore;
     use videoflow_worker::store::ledger::RunLedger;
-    let dir = std::env::temp_dir().join(format!("vf-ckpt-{}", uuid::Uuid::new_v4().simple()));
-    let root = dir.display().to_string();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let store = RuntimeStore::open(&format!("file://{root}")).expect("store");
+    let (dir, root, rt, store) = shared_file_store("vf-ckpt");
     let ledger = rt
         .block_on(RunLedger::open(store, "f", "r", "cam", 1, 1))
         .expect("ledger");
