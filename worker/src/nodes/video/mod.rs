@@ -56,121 +56,46 @@ use videoflow_core::errors::VfError;
 use super::params::Params;
 use super::{Consumer, Producer};
 
-/// `VideoFileReader` from its params (`class` names it in errors).
-#[cfg(feature = "video")]
-pub(crate) fn file_reader(
-    p: &mut Params<'_>,
-    class: &'static str,
-) -> Result<Box<dyn Producer>, VfError> {
-    reader::VideoFileReader::from_params(p, class).map(|r| Box::new(r) as Box<dyn Producer>)
+/// The built-in video classes' builders, `name(params, class)` (`class` names the node in
+/// errors): the node `$build` makes from its params, boxed in its family; a build without the
+/// `video` feature refuses each one (see [`without_video`]).
+macro_rules! video_builders {
+    ($( $(#[$doc:meta])* $name:ident -> $family:ident = $build:path; )*) => {$(
+        $(#[$doc])*
+        #[cfg(feature = "video")]
+        pub(crate) fn $name(
+            p: &mut Params<'_>,
+            class: &'static str,
+        ) -> Result<Box<dyn $family>, VfError> {
+            $build(p, class).map(|n| Box::new(n) as Box<dyn $family>)
+        }
+
+        /// Without the `video` feature: refused (see [`without_video`]).
+        #[cfg(not(feature = "video"))]
+        pub(crate) fn $name(
+            _p: &mut Params<'_>,
+            class: &'static str,
+        ) -> Result<Box<dyn $family>, VfError> {
+            Err(without_video(class))
+        }
+    )*};
 }
 
-/// `VideoUrlReader` from its params.
-#[cfg(feature = "video")]
-pub(crate) fn url_reader(
-    p: &mut Params<'_>,
-    class: &'static str,
-) -> Result<Box<dyn Producer>, VfError> {
-    live::url_reader(p, class).map(|r| Box::new(r) as Box<dyn Producer>)
-}
-
-/// `VideoDeviceReader` from its params.
-#[cfg(feature = "video")]
-pub(crate) fn device_reader(
-    p: &mut Params<'_>,
-    class: &'static str,
-) -> Result<Box<dyn Producer>, VfError> {
-    live::device_reader(p, class).map(|r| Box::new(r) as Box<dyn Producer>)
-}
-
-/// 1.0.4's `VideofileWriter` from its params.
-#[cfg(feature = "video")]
-pub(crate) fn reference_writer(
-    p: &mut Params<'_>,
-    class: &'static str,
-) -> Result<Box<dyn Consumer>, VfError> {
-    writer::VideoWriter::reference(p, class).map(|w| Box::new(w) as Box<dyn Consumer>)
-}
-
-/// Our H.264 `VideoFileWriter` from its params.
-#[cfg(feature = "video")]
-pub(crate) fn h264_writer(
-    p: &mut Params<'_>,
-    class: &'static str,
-) -> Result<Box<dyn Consumer>, VfError> {
-    writer::VideoWriter::h264(p, class).map(|w| Box::new(w) as Box<dyn Consumer>)
-}
-
-/// `ImageProducer` from its params.
-#[cfg(feature = "video")]
-pub(crate) fn image_producer(
-    p: &mut Params<'_>,
-    class: &'static str,
-) -> Result<Box<dyn Producer>, VfError> {
-    images::ImageProducer::from_params(p, class).map(|r| Box::new(r) as Box<dyn Producer>)
-}
-
-/// `ImageFolderReader` from its params.
-#[cfg(feature = "video")]
-pub(crate) fn image_folder_reader(
-    p: &mut Params<'_>,
-    class: &'static str,
-) -> Result<Box<dyn Producer>, VfError> {
-    images::ImageFolderReader::from_params(p, class).map(|r| Box::new(r) as Box<dyn Producer>)
-}
-
-/// Without the `video` feature: refused (see [`without_video`]).
-#[cfg(not(feature = "video"))]
-pub(crate) fn image_producer(
-    _p: &mut Params<'_>,
-    class: &'static str,
-) -> Result<Box<dyn Producer>, VfError> {
-    Err(without_video(class))
-}
-
-/// Without the `video` feature: refused (see [`without_video`]).
-#[cfg(not(feature = "video"))]
-pub(crate) fn image_folder_reader(
-    _p: &mut Params<'_>,
-    class: &'static str,
-) -> Result<Box<dyn Producer>, VfError> {
-    Err(without_video(class))
-}
-
-/// Without the `video` feature: refused (see [`without_video`]).
-#[cfg(not(feature = "video"))]
-pub(crate) fn reference_writer(
-    _p: &mut Params<'_>,
-    class: &'static str,
-) -> Result<Box<dyn Consumer>, VfError> {
-    Err(without_video(class))
-}
-
-/// Without the `video` feature: refused (see [`without_video`]).
-#[cfg(not(feature = "video"))]
-pub(crate) fn h264_writer(
-    _p: &mut Params<'_>,
-    class: &'static str,
-) -> Result<Box<dyn Consumer>, VfError> {
-    Err(without_video(class))
-}
-
-/// Without the `video` feature: refused (see [`without_video`]).
-#[cfg(not(feature = "video"))]
-pub(crate) fn url_reader(
-    _p: &mut Params<'_>,
-    class: &'static str,
-) -> Result<Box<dyn Producer>, VfError> {
-    Err(without_video(class))
-}
-
-/// Without the `video` feature: refused (see [`without_video`]).
-#[cfg(not(feature = "video"))]
-pub(crate) fn device_reader(
-    _p: &mut Params<'_>,
-    class: &'static str,
-) -> Result<Box<dyn Producer>, VfError> {
-    Err(without_video(class))
+video_builders! {
+    /// `VideoFileReader` from its params.
+    file_reader -> Producer = reader::VideoFileReader::from_params;
+    /// `VideoUrlReader` from its params.
+    url_reader -> Producer = live::url_reader;
+    /// `VideoDeviceReader` from its params.
+    device_reader -> Producer = live::device_reader;
+    /// 1.0.4's `VideofileWriter` from its params.
+    reference_writer -> Consumer = writer::VideoWriter::reference;
+    /// Our H.264 `VideoFileWriter` from its params.
+    h264_writer -> Consumer = writer::VideoWriter::h264;
+    /// `ImageProducer` from its params.
+    image_producer -> Producer = images::ImageProducer::from_params;
+    /// `ImageFolderReader` from its params.
+    image_folder_reader -> Producer = images::ImageFolderReader::from_params;
 }
 
 /// `video_file` decoded as a CPU node and as `gpu` places it, compared
@@ -190,14 +115,6 @@ pub fn decode_twice(video_file: &str, _gpu: &super::GpuPlacement) -> serde_json:
 }
 
 /// Without the `video` feature: a `VF_CONFIG` error naming the class and the build.
-#[cfg(not(feature = "video"))]
-pub(crate) fn file_reader(
-    _p: &mut Params<'_>,
-    class: &'static str,
-) -> Result<Box<dyn Producer>, VfError> {
-    Err(without_video(class))
-}
-
 #[cfg(not(feature = "video"))]
 fn without_video(class: &str) -> VfError {
     use videoflow_core::errors::ErrorCode;
