@@ -405,23 +405,30 @@ fn running_realtime(f: &Flow) -> Cluster {
 // ---------------------------------------------------------------------------------------------
 // Scenarios.
 
-/// Done-when: the invalid Flow gets Admitted=False naming both problems, and nothing is
-/// created — the only writes are the status patch and its Warning event.
-#[tokio::test]
-async fn invalid_flow_is_refused_with_every_problem_and_nothing_is_created() {
-    let mut f = flow(INVALID);
+/// Reconciles the Flow `text` (named `name`, no finalizer yet) that admission refuses: the
+/// reconcile waits for a change, and its only writes are the status patch and its event —
+/// no reads, no creates, no finalizer. Returns the status it patched and the calls.
+async fn refused_at_admission(text: &str, name: &str) -> (Value, Vec<Call>) {
+    let mut f = flow(text);
     f.metadata.finalizers = None;
     let (result, calls) = scenario(f, Cluster::default(), NOW).await;
     assert!(matches!(result, Ok(ref a) if *a == Action::await_change()));
     assert_eq!(
         calls.iter().map(Call::line).collect::<Vec<_>>(),
         vec![
-            format!("PATCH /apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/bad/status"),
+            format!("PATCH /apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/{name}/status"),
             format!("POST /apis/events.k8s.io/v1/namespaces/{NS}/events"),
         ],
         "no reads, no creates, no finalizer"
     );
-    let status = status_patch(&calls);
+    (status_patch(&calls), calls)
+}
+
+/// Done-when: the invalid Flow gets Admitted=False naming both problems, and nothing is
+/// created — the only writes are the status patch and its Warning event.
+#[tokio::test]
+async fn invalid_flow_is_refused_with_every_problem_and_nothing_is_created() {
+    let (status, calls) = refused_at_admission(INVALID, "bad").await;
     let admitted = condition(&status, "Admitted");
     assert_eq!(admitted["status"], "False");
     assert_eq!(admitted["reason"], "Invalid");
@@ -474,19 +481,7 @@ async fn unknown_classes_wrong_families_and_mistyped_params_are_refused_at_admis
             "parents: [camera], params: {fsp: 2}, component: {builtin: videoflow.processors.basic.IdentityProcessor}}",
         );
     assert_ne!(text, REALTIME);
-    let mut f = flow(&text);
-    f.metadata.finalizers = None;
-    let (result, calls) = scenario(f, Cluster::default(), NOW).await;
-    assert!(matches!(result, Ok(ref a) if *a == Action::await_change()));
-    assert_eq!(
-        calls.iter().map(Call::line).collect::<Vec<_>>(),
-        vec![
-            format!("PATCH /apis/videoflow.io/v1alpha1/namespaces/{NS}/flows/cams/status"),
-            format!("POST /apis/events.k8s.io/v1/namespaces/{NS}/events"),
-        ],
-        "no reads, no creates, no finalizer"
-    );
-    let status = status_patch(&calls);
+    let (status, calls) = refused_at_admission(&text, "cams").await;
     let admitted = condition(&status, "Admitted");
     assert_eq!(admitted["status"], "False");
     let message = admitted["message"].as_str().expect("message");
