@@ -795,6 +795,29 @@ fn on_finish_exits_by_default_holds_when_asked_and_refuses_anything_else() {
     assert!(e.message.contains("VF_ON_FINISH='Hold'"), "{}", e.message);
 }
 
+/// MSGID-6: `VF_REPLAYABLE` (a node's `replayable: true`) is `1`/`true` or `0`/`false`;
+/// unset or empty is a live producer; anything else is `VF_CONFIG` naming the variable.
+#[test]
+fn msgid_6_vf_replayable_is_a_boolean() {
+    assert!(!ok(&base()).replayable);
+    for (v, want) in [
+        ("", false),
+        ("0", false),
+        ("false", false),
+        ("1", true),
+        ("true", true),
+    ] {
+        assert_eq!(ok(&with(&[("VF_REPLAYABLE", v)])).replayable, want, "{v:?}");
+    }
+    let e = err(&with(&[("VF_REPLAYABLE", "yes")]));
+    assert_eq!(e.code, ErrorCode::Config);
+    assert!(e.message.contains("VF_REPLAYABLE='yes'"), "{}", e.message);
+    assert!(
+        e.remedy.as_deref().is_some_and(|r| r.contains("MSGID-6")),
+        "{e:?}"
+    );
+}
+
 /// `VF_STREAM_MAX_AGE_SECONDS` (`spec.broker.streamMaxAgeSeconds`): unset is no age bound;
 /// a value is the `max_age` the worker ensures its streams with; below the streams' 120 s
 /// duplicate window (JetStream refuses it) or not an integer is `VF_CONFIG` naming it.
