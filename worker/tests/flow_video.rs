@@ -139,6 +139,76 @@ fn a_file_cut_short_delivers_the_frames_before_the_cut_then_aborts_the_flow() {
     assert_eq!(sink["code"], "VF_UPSTREAM_ABORTED", "{sink}");
 }
 
+/// MSGID-6, LOOP-2, ABORT-1a: a replayable reader resuming after offset 40 of a file that is
+/// now damaged before it (the file changed between the runs) breaks while it seeks: it ends
+/// `VF_POISON` naming the file and announces it downstream (ABORT), so the sink ends
+/// `VF_UPSTREAM_ABORTED` instead of waiting, and nothing is published.
+#[test]
+fn a_replayable_reader_that_breaks_while_it_seeks_aborts_the_flow() {
+    let media = TempDir::new("flow-seek-cut");
+    let good = h264(&media, "in.mp4", &["-movflags", "+faststart"]);
+    let pkts = packets(&good);
+    let cut = pkts[30].pos + pkts[30].size / 2;
+    let file = media.join("cut.mp4");
+    truncated_copy(&good, &file, cut);
+    let h = FlowHarness::new(&format!(
+        r#"
+apiVersion: videoflow.io/v1alpha1
+kind: Flow
+metadata: {{name: video-seek}}
+spec:
+  type: batch
+  runId: r1
+  runtimeStore: {{url: "file://{{{{DIR}}}}/ledger"}}
+  payloadStore: {{url: "{{{{REDIS}}}}"}}
+  nodes:
+  - name: video
+    kind: producer
+    replayable: true
+    component: {{builtin: videoflow.producers.video.VideoFileReader}}
+    params: {{video_file: "{}"}}
+  - name: sink
+    kind: consumer
+    parents: [video]
+    component: {{builtin: videoflow.rs.consumers.JsonlSink}}
+    params: {{path: "{{{{DIR}}}}/out.jsonl"}}
+"#,
+        file.display()
+    ));
+    let mut h = h;
+    let store =
+        videoflow_worker::store::RuntimeStore::open(&format!("file://{}/ledger", h.dir.display()))
+            .expect("ledger store");
+    h.block_on(async {
+        let ledger = videoflow_worker::store::ledger::RunLedger::open(
+            store,
+            "video-seek",
+            "r1",
+            "video",
+            0,
+            1,
+        )
+        .await
+        .expect("ledger");
+        ledger.checkpoint_offset(40).await.expect("checkpoint");
+    });
+    h.start();
+    let exits = h.wait_all(Duration::from_secs(120));
+    let logs = h.all_logs();
+    for e in &exits {
+        assert_eq!(e.code, Some(4), "{e:?}; logs:\n{logs}");
+    }
+    assert!(h.jsonl("out.jsonl").is_empty(), "nothing published");
+    let origin = h
+        .termination("video", 0)
+        .expect("reader termination record");
+    assert_eq!(origin["code"], "VF_POISON", "{origin}");
+    let message = origin["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&file.display().to_string()), "{message}");
+    let sink = h.termination("sink", 0).expect("sink termination record");
+    assert_eq!(sink["code"], "VF_UPSTREAM_ABORTED", "{sink}");
+}
+
 /// A reader declared on a GPU (`gpu: {count: 1}`), started with a recorded grant of one
 /// device as a launcher writes it: the worker's grant check delivers the device, the reader
 /// tries NVDEC (`h264_cuvid`), and where it cannot open — no NVIDIA driver here — decodes on

@@ -52,7 +52,12 @@ pub(crate) async fn run(
     faults::soft_barrier(Barrier::WorkerReadyAfter, || cfg.node_name.clone()).await;
     let result = match resume(cfg, node, out, ledger).await {
         Ok(mut checkpoints) => produce(cfg, node, ctx, out, signals, &mut checkpoints).await,
-        Err(e) => Err(e),
+        Err(e) => {
+            // A source that breaks while seeking (a file damaged before the resume point)
+            // ends like one that breaks in `next()`: poison is announced downstream.
+            abort_if_poison(cfg, out, &e).await;
+            Err(e)
+        }
     };
     if let Err(e) = tokio::task::block_in_place(|| node.close(ctx)) {
         tracing::error!("close() failed: {}", e.log_line());
