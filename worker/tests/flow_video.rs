@@ -123,20 +123,27 @@ fn a_file_cut_short_delivers_the_frames_before_the_cut_then_aborts_the_flow() {
         assert_eq!(e.code, Some(4), "{e:?}; logs:\n{logs}");
     }
     assert_intact(&records(&h), &want[..expected]);
-    let origin = h
-        .termination("video", 0)
-        .expect("reader termination record");
-    assert_eq!(origin["code"], "VF_POISON", "{origin}");
-    let message = origin["message"].as_str().unwrap_or_default();
-    assert!(message.contains(&file.display().to_string()), "{message}");
+    let message = assert_the_reader_aborted(&h, &file);
     assert!(
         message.contains(&format!(
             "is damaged after frame {expected}, at byte offset"
         )),
         "{message}"
     );
+}
+
+/// The reader ended `VF_POISON` naming `file`, and the sink `VF_UPSTREAM_ABORTED` (its
+/// ABORT reached the flow); returns the reader's message.
+fn assert_the_reader_aborted(h: &FlowHarness, file: &Path) -> String {
+    let origin = h
+        .termination("video", 0)
+        .expect("reader termination record");
+    assert_eq!(origin["code"], "VF_POISON", "{origin}");
+    let message = origin["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains(&file.display().to_string()), "{message}");
     let sink = h.termination("sink", 0).expect("sink termination record");
     assert_eq!(sink["code"], "VF_UPSTREAM_ABORTED", "{sink}");
+    message
 }
 
 /// MSGID-6, LOOP-2, ABORT-1a: a replayable reader resuming after offset 40 of a file that is
@@ -151,7 +158,7 @@ fn a_replayable_reader_that_breaks_while_it_seeks_aborts_the_flow() {
     let cut = pkts[30].pos + pkts[30].size / 2;
     let file = media.join("cut.mp4");
     truncated_copy(&good, &file, cut);
-    let h = FlowHarness::new(&format!(
+    let mut h = FlowHarness::new(&format!(
         r#"
 apiVersion: videoflow.io/v1alpha1
 kind: Flow
@@ -175,7 +182,6 @@ spec:
 "#,
         file.display()
     ));
-    let mut h = h;
     let store =
         videoflow_worker::store::RuntimeStore::open(&format!("file://{}/ledger", h.dir.display()))
             .expect("ledger store");
@@ -199,14 +205,7 @@ spec:
         assert_eq!(e.code, Some(4), "{e:?}; logs:\n{logs}");
     }
     assert!(h.jsonl("out.jsonl").is_empty(), "nothing published");
-    let origin = h
-        .termination("video", 0)
-        .expect("reader termination record");
-    assert_eq!(origin["code"], "VF_POISON", "{origin}");
-    let message = origin["message"].as_str().unwrap_or_default();
-    assert!(message.contains(&file.display().to_string()), "{message}");
-    let sink = h.termination("sink", 0).expect("sink termination record");
-    assert_eq!(sink["code"], "VF_UPSTREAM_ABORTED", "{sink}");
+    assert_the_reader_aborted(&h, &file);
 }
 
 /// A reader declared on a GPU (`gpu: {count: 1}`), started with a recorded grant of one

@@ -1,7 +1,7 @@
 //! The producer loop (LOOP-2, CTRL-2, ABORT-1a, START-3), and a replayable source's
 //! resume point (MSGID-6).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use videoflow_core::envelope::WireError;
 use videoflow_core::errors::{Disposition, ErrorCode, VfError};
@@ -104,13 +104,19 @@ async fn resume(
         ledger: Some(ledger.clone()),
         accepted: last_accepted,
         written: last_accepted,
+        written_at: None,
         failed: false,
     })
 }
 
-/// A replayable source's last accepted offset, written to the ledger once per batch of
-/// receipts rather than per item: a restart then replays at most that batch under the same
-/// ids, which the broker's duplicate window (MSGID-1) or an idempotent sink absorbs.
+/// How often the loop writes a replayable source's checkpoint, at most (the end of the loop
+/// always writes): a restart then replays at most this long's publications under the same
+/// ids, which the broker's 120 s duplicate window (MSGID-1) drops, and a fast source on a
+/// `file://` ledger pays a few writes a second rather than one per item.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
+
+/// A replayable source's last accepted offset, written to the ledger at most every
+/// [`CHECKPOINT_EVERY`] rather than per item.
 #[derive(Debug, Default)]
 struct Checkpoints {
     /// Set for a replayable source.
@@ -119,6 +125,8 @@ struct Checkpoints {
     accepted: u64,
     /// The offset last written.
     written: u64,
+    /// When it was written (`None`: not yet by this process).
+    written_at: Option<Instant>,
     /// A publication failed: nothing after it may be checkpointed, or the restart that
     /// failure causes would resume past an offset the broker never stored.
     failed: bool,
@@ -137,12 +145,25 @@ impl Checkpoints {
         }
     }
 
+    /// [`Checkpoints::write`] unless the last write is younger than [`CHECKPOINT_EVERY`].
+    async fn write_due(&mut self) -> Result<(), VfError> {
+        if self
+            .written_at
+            .is_some_and(|at| at.elapsed() < CHECKPOINT_EVERY)
+        {
+            return Ok(());
+        }
+        self.write().await
+    }
+
+    /// Writes the highest accepted offset when it moved.
     async fn write(&mut self) -> Result<(), VfError> {
         if let Some(ledger) = &self.ledger
             && self.accepted > self.written
         {
             ledger.checkpoint_offset(self.accepted).await?;
             self.written = self.accepted;
+            self.written_at = Some(Instant::now());
         }
         Ok(())
     }
@@ -196,7 +217,7 @@ async fn source(
         while let Some(ended) = window.ready().await {
             confirmed(out, ended, checkpoints).await?;
         }
-        checkpoints.write().await?;
+        checkpoints.write_due().await?;
         if signals.quiesce.is_set() {
             return Ok(ProducerEnd::Quiesced);
         }
