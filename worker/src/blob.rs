@@ -164,6 +164,19 @@ pub enum ReleaseOutcome {
     Failed,
 }
 
+/// What one [`BlobStore::adopt`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdoptOutcome {
+    /// The blob has no counter (or this node writes none): forwarded as it is.
+    NoCounter,
+    /// The counter now stands at `readers` outstanding reads, this node's own included
+    /// until it releases it.
+    Counted {
+        /// The counter after `INCRBY`.
+        readers: i64,
+    },
+}
+
 /// A lazily opened, self-healing Redis connection shared by the blob and idempotency stores.
 ///
 /// Why not redis' `ConnectionManager`: it connects eagerly (a worker would fail at start when
@@ -510,6 +523,34 @@ impl BlobStore {
             return ReleaseOutcome::Failed; // the outcome is not known
         }
         outcome
+    }
+
+    /// Takes on `reference` as this node's own output without copying it: its reader
+    /// counter, when it has one, grows by this node's reader count (BLOB-5), so the children
+    /// that will read the forwarded reference are counted before they can see it.
+    ///
+    /// Why this is safe without a transaction: the caller still holds its own, unreleased
+    /// share of the blob (it releases it after the confirmed ack of the input it forwards,
+    /// BLOB-6), so the counter cannot reach 0 between the `EXISTS` and the `INCRBY`. A blob
+    /// without a counter (TTL-only, or a 1.0.4 obligation-store object) is forwarded as it
+    /// is and lives until its TTL, which its publisher set. Adopting twice (an input
+    /// redelivered after the publication) over-counts, and the blob then lives until its
+    /// TTL: the safe direction.
+    pub async fn adopt(&self, reference: &str) -> Result<AdoptOutcome, BlobError> {
+        let Some(readers) = self.readers else {
+            return Ok(AdoptOutcome::NoCounter);
+        };
+        let counter = counter_key(reference);
+        let failed = |e: RedisError| classify(&e, format!("counting readers of {reference}"));
+        let mut exists = redis::cmd("EXISTS");
+        exists.arg(&counter);
+        if self.link.query::<i64>(&exists).await.map_err(failed)? == 0 {
+            return Ok(AdoptOutcome::NoCounter);
+        }
+        let mut incr = redis::cmd("INCRBY");
+        incr.arg(&counter).arg(readers);
+        let readers = self.link.query::<i64>(&incr).await.map_err(failed)?;
+        Ok(AdoptOutcome::Counted { readers })
     }
 
     async fn try_release(&self, reference: &str) -> Result<ReleaseOutcome, RedisError> {

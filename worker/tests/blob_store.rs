@@ -8,8 +8,8 @@ use videoflow_core::errors::{Disposition, ErrorCode};
 use videoflow_core::value::Value;
 use videoflow_testkit::RedisServer;
 use videoflow_worker::blob::{
-    BlobError, BlobStore, ReleaseOutcome, check_scheme, counter_key, offload_if_needed, resolve,
-    threshold_for,
+    AdoptOutcome, BlobError, BlobStore, ReleaseOutcome, check_scheme, counter_key,
+    offload_if_needed, resolve, threshold_for,
 };
 use videoflow_worker::idempotency::{IdempotencyStore, idempotency_key};
 
@@ -163,6 +163,46 @@ async fn blob6_release_with_two_readers_needs_two_releases() {
     assert_eq!(store.release(&r.r#ref).await, ReleaseOutcome::NoCounter);
     let n: i64 = cmd(&mut conn, "EXISTS", &[&rc]).await;
     assert_eq!(n, 0);
+}
+
+/// BLOB-5/6 across a forwarding hop: the forwarder (one share of the publisher's count)
+/// adopts the blob for its own two children before publishing the reference on; the blob
+/// then outlives the forwarder's release and both children's first release, and the last
+/// of the three reclaims it.
+#[tokio::test]
+async fn blob5_blob6_an_adopted_blob_counts_the_forwarders_children() {
+    let server = redis();
+    let mut conn = raw(&server).await;
+    let publisher = BlobStore::connect(&server.url(), 3600, Some(1)).expect("store");
+    let forwarder = BlobStore::connect(&server.url(), 3600, Some(2)).expect("store");
+    let r = publisher.put(b"frame", "t").await.expect("put");
+    assert_eq!(
+        forwarder.adopt(&r.r#ref).await.expect("adopt"),
+        AdoptOutcome::Counted { readers: 3 }
+    );
+    assert_eq!(
+        forwarder.release(&r.r#ref).await,
+        ReleaseOutcome::Decremented { remaining: 2 }
+    );
+    assert_eq!(
+        forwarder.release(&r.r#ref).await,
+        ReleaseOutcome::Decremented { remaining: 1 }
+    );
+    assert_eq!(
+        publisher.get(&r.r#ref).await.expect("still there"),
+        b"frame"
+    );
+    assert_eq!(forwarder.release(&r.r#ref).await, ReleaseOutcome::Reclaimed);
+
+    // A TTL-only blob is forwarded as it is: no counter is created for it.
+    let ttl_only = BlobStore::connect(&server.url(), 3600, None).expect("store");
+    let r = ttl_only.put(b"frame", "t").await.expect("put");
+    assert_eq!(
+        forwarder.adopt(&r.r#ref).await.expect("adopt"),
+        AdoptOutcome::NoCounter
+    );
+    let n: i64 = cmd(&mut conn, "EXISTS", &[&counter_key(&r.r#ref)]).await;
+    assert_eq!(n, 0, "no counter created for a TTL-only blob");
 }
 
 #[tokio::test]

@@ -123,6 +123,14 @@ pub trait Processor: Send {
         true
     }
 
+    /// Whether this node's output is always its one input, untouched. The runtime may then
+    /// hand it an offloaded payload's reference (`Payload::BlobRef`) instead of fetching
+    /// the bytes, and publish that reference on: a hop that does not read the pixels does
+    /// not move them. Default: `false`.
+    fn forwards_input(&self) -> bool {
+        false
+    }
+
     /// How many groups this node can have computing at once through [`Processor::submit`] /
     /// [`Processor::complete`] (pipelining, e.g. an exec component working on one group while
     /// the next travels to it). 1 (the default) means the loop only calls `process`.

@@ -61,6 +61,10 @@ impl Processor for IdentityProcessor {
     fn may_block(&self) -> bool {
         !self.wait.is_zero()
     }
+
+    fn forwards_input(&self) -> bool {
+        true
+    }
 }
 
 /// `videoflow.processors.basic.JoinerProcessor`: the tuple of its inputs, in parent order,

@@ -221,6 +221,9 @@ async fn run_loop(
         BuiltNode::Processor(mut processor) => {
             processor.check_inputs(cfg.parent_names.len())?;
             let mut lp = build_loop(cfg, broker, blob, output, signals, ledger, epoch).await?;
+            if processor.forwards_input() {
+                lp.receiver.forward_offloaded();
+            }
             let _health = guards::start_health(cfg, broker).await?; // step 9
             let code = finish(lp.run(Sink::Processor(processor.as_mut()), ctx).await?);
             Ok(hold::after_finish(cfg, signals, code).await)

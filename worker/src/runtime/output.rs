@@ -66,6 +66,13 @@ impl Output {
     /// then [`Output::record`]s its outcome.
     pub(crate) async fn start_data(&mut self, mut env: Envelope) -> Result<Pending, VfError> {
         let payload = std::mem::take(&mut env.payload);
+        if let (Payload::BlobRef(r), Some(store)) = (&payload, &self.blob) {
+            // A forwarded reference: its children are counted before they can see it.
+            store
+                .adopt(&r.r#ref)
+                .await
+                .map_err(blob::BlobError::into_publish_error)?;
+        }
         // Large tensor data stays a view of the node's buffer (a video frame's, which its
         // reader reuses once every view is dropped): copied once into the inline envelope,
         // or read in pieces by the payload store's client.

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use videoflow_core::envelope::{self, Envelope, MsgType, Payload, WireError};
 use videoflow_core::errors::{Disposition, ErrorCode, VfError};
+use videoflow_core::model::JoinMode;
 use videoflow_core::partition::{self, KeyPolicy};
 use videoflow_core::scaling::Observation;
 use videoflow_core::value::Value;
@@ -30,7 +31,7 @@ use crate::delivery::{nak_delay_seconds, random_jitter};
 use crate::drain::BarrierCheck;
 use crate::drain::{DrainTracker, PendingCounts, Recorded, TerminatorKind};
 use crate::faults::{Barrier, soft_barrier};
-use crate::join::{Entry, JoinAssembler, ReadyGroup};
+use crate::join::{Entry, GroupInput, JoinAssembler, ReadyGroup};
 use crate::runtime::settle::{Held, Settler};
 use crate::store::RunLedger;
 
@@ -106,6 +107,13 @@ pub(crate) struct Receiver {
     ledger: Option<RunLedger>,
     /// This replica's partition epoch for completion commits (0 without a lease).
     epoch: u64,
+    /// Every group is one delivery (one parent, trace mode): an offloaded payload is then
+    /// fetched when its group is handed to the node, not when it is folded, so a fetched
+    /// batch of the whole credit does not hold every frame in memory at once.
+    fetch_late: bool,
+    /// Offloaded payloads reach the node as their `BlobRef`, unfetched
+    /// ([`Receiver::forward_offloaded`]).
+    forward_refs: bool,
 }
 
 impl Receiver {
@@ -120,6 +128,7 @@ impl Receiver {
         stop: StopFlag,
     ) -> Self {
         let parents = cfg.parent_names.len();
+        let fetch_late = parents == 1 && cfg.join_policy.mode == JoinMode::Trace;
         Receiver {
             drain: DrainTracker::new(parents, cfg.eos_quiescence_ms),
             cfg,
@@ -135,6 +144,23 @@ impl Receiver {
             skipped: 0,
             ledger: None,
             epoch: 0,
+            fetch_late,
+            forward_refs: false,
+        }
+    }
+
+    /// For a node that forwards its one input untouched
+    /// ([`crate::nodes::Processor::forwards_input`]): offloaded payloads are handed to it as
+    /// their reference, never fetched, and published on as that reference (the output adopts
+    /// the blob, [`BlobStore::adopt`]). Only where a group is one delivery (one parent,
+    /// trace mode) and the reference can be counted for the children: a store that writes
+    /// reader counters (`VF_BLOB_READERS`) — a TTL-only node downstream of a counted blob
+    /// would let its children's releases reclaim it early.
+    pub(crate) fn forward_offloaded(&mut self) {
+        self.forward_refs =
+            self.fetch_late && self.blob.as_ref().is_some_and(|b| b.readers().is_some());
+        if self.forward_refs {
+            tracing::info!("offloaded payloads are forwarded by reference, not fetched");
         }
     }
 
@@ -204,7 +230,12 @@ impl Receiver {
             self.join.sweep();
             settler.resolve(self.join.take_resolutions()).await;
             match self.join.pop_ready() {
-                Ok(Some(group)) => return Ok(Some(Received::Group(group))),
+                Ok(Some(group)) => {
+                    if let Some(group) = self.fetch_payloads(group, settler).await {
+                        return Ok(Some(Received::Group(group)));
+                    }
+                    continue; // its delivery was handed back or dead-lettered
+                }
                 Ok(None) => {}
                 Err(e) => return Err(VfError::new(ErrorCode::Unknown, e.to_string())),
             }
@@ -457,17 +488,7 @@ impl Receiver {
         }
         let env = match self.resolve_blob(env, &mut held).await {
             Ok(env) => env,
-            Err(err) => {
-                if err.disposition == Some(Disposition::Transient) {
-                    // BLOB-3: an unreachable store is transient: NAK with the DELIV-7 delay.
-                    let delay = nak_delay_seconds(held.num_delivered, random_jitter());
-                    held.handle.nak(Some(Duration::from_secs_f64(delay))).await;
-                } else {
-                    settler.counts.undecodable += 1;
-                    settler.fail(&[held], &err, Disposition::Poison).await;
-                }
-                return;
-            }
+            Err(err) => return fail_fetch(held, &err, settler).await,
         };
         let parent = self.parent_name(parent_index).to_owned();
         let entry = Entry {
@@ -486,13 +507,49 @@ impl Receiver {
         }
     }
 
-    /// Resolves an offloaded payload (BLOB-3); the blob share is released after the ack.
+    /// Resolves an offloaded payload (BLOB-3) now, unless it is fetched when its group is
+    /// handed to the node ([`Receiver::fetch_payloads`]); either way the blob share is
+    /// released after the ack.
     async fn resolve_blob(&self, mut env: Envelope, held: &mut Held) -> Result<Envelope, VfError> {
         if let Payload::BlobRef(r) = &env.payload {
             held.blob_ref = Some(r.r#ref.clone());
-            env.payload = blob::resolve(r, self.blob.as_ref()).await?;
+            if !self.fetch_late {
+                env.payload = blob::resolve(r, self.blob.as_ref()).await?;
+            }
         }
         Ok(env)
+    }
+
+    /// Fetches the offloaded payload of a group that is one delivery, just before the node
+    /// gets it (BLOB-3) — unless the node forwards the reference itself. `None` when the
+    /// fetch failed and the delivery was settled (DELIV-15, or NAKed when the store is
+    /// unreachable).
+    async fn fetch_payloads(
+        &self,
+        mut group: ReadyGroup<Held, Member>,
+        settler: &mut Settler,
+    ) -> Option<ReadyGroup<Held, Member>> {
+        if !self.fetch_late || self.forward_refs {
+            return Some(group);
+        }
+        let Some(GroupInput::Entry(entry)) = group.inputs.first_mut() else {
+            return Some(group);
+        };
+        let Payload::BlobRef(r) = &entry.payload.payload else {
+            return Some(group);
+        };
+        match blob::resolve(r, self.blob.as_ref()).await {
+            Ok(payload) => {
+                entry.payload.payload = payload;
+                Some(group)
+            }
+            Err(err) => {
+                if let Some(held) = group.handles.into_iter().next() {
+                    fail_fetch(held, &err, settler).await;
+                }
+                None
+            }
+        }
     }
 
     /// EOS-3 (or the EOS-7 barrier where it governs) for every parent that has a terminator
@@ -625,5 +682,18 @@ impl Receiver {
     /// Closing hands back every delivery still held (DELIV-1).
     pub(crate) async fn close(&mut self) -> usize {
         self.inbox.close().await
+    }
+}
+
+/// Settles a delivery whose offloaded payload could not be fetched: an unreachable store is
+/// transient, NAKed with the DELIV-7 delay (BLOB-3); a missing or corrupt blob is poison
+/// (DELIV-15).
+async fn fail_fetch(held: Held, err: &VfError, settler: &mut Settler) {
+    if err.disposition == Some(Disposition::Transient) {
+        let delay = nak_delay_seconds(held.num_delivered, random_jitter());
+        held.handle.nak(Some(Duration::from_secs_f64(delay))).await;
+    } else {
+        settler.counts.undecodable += 1;
+        settler.fail(&[held], err, Disposition::Poison).await;
     }
 }

@@ -332,17 +332,41 @@ pub const FRAME_H: u32 = 1024;
 /// A synthetic frame's channels.
 pub const FRAME_C: u32 = 2;
 
-/// frames (SyntheticFrameProducer, `count` 2 MiB frames) → same (Identity) → sink through the
-/// payload store at `store` (a harness placeholder: `{{REDIS}}` or `{{DURABLE_REDIS}}`).
-pub fn frames_flow(count: u64, store: &str) -> String {
-    let nodes = format!(
+/// The `frames` producer node: SyntheticFrameProducer making `count` 2 MiB frames.
+pub fn frames_producer(count: u64) -> String {
+    format!(
         r#"  - name: frames
     kind: producer
     component: {{builtin: videoflow.rs.producers.SyntheticFrameProducer}}
     params: {{width: {FRAME_W}, height: {FRAME_H}, channels: {FRAME_C}, count: {count}}}
-{same}{sink}"#,
+"#
+    )
+}
+
+/// frames (SyntheticFrameProducer, `count` 2 MiB frames) → same (Identity) → sink through the
+/// payload store at `store` (a harness placeholder: `{{REDIS}}` or `{{DURABLE_REDIS}}`).
+pub fn frames_flow(count: u64, store: &str) -> String {
+    frames_flow_to(count, store, &["out.jsonl"])
+}
+
+/// [`frames_flow`] with one JsonlSink on `same` per file of `outputs` (`sink`, `sink2`, …).
+pub fn frames_flow_to(count: u64, store: &str, outputs: &[&str]) -> String {
+    let sinks: String = outputs
+        .iter()
+        .enumerate()
+        .map(|(i, file)| {
+            let name = if i == 0 {
+                "sink".to_owned()
+            } else {
+                format!("sink{}", i + 1)
+            };
+            jsonl_sink(&name, "same", file, "")
+        })
+        .collect();
+    let nodes = format!(
+        "{}{same}{sinks}",
+        frames_producer(count),
         same = processor("same", "frames", IDENTITY),
-        sink = jsonl_sink("sink", "same", "out.jsonl", ""),
     );
     batch_flow(
         "blobs",
@@ -354,7 +378,12 @@ pub fn frames_flow(count: u64, store: &str) -> String {
 /// BLOB-1/3: every frame of [`frames_flow`] arrived once and intact through the offloading
 /// hops — shape, dtype, size, and the SHA-256 of the frame the producer built for its index.
 pub fn assert_frames_intact(h: &FlowHarness, count: u64) {
-    let out = h.jsonl("out.jsonl");
+    assert_frames_intact_in(h, "out.jsonl", count);
+}
+
+/// [`assert_frames_intact`] for the sink writing `file`.
+pub fn assert_frames_intact_in(h: &FlowHarness, file: &str, count: u64) {
+    let out = h.jsonl(file);
     assert_eq!(
         out.len() as u64,
         count,
@@ -402,6 +431,20 @@ fn redis_query<T: redis::FromRedisValue>(h: &FlowHarness, cmd: &redis::Cmd) -> T
             .await
             .unwrap_or_else(|e| panic!("{e}"))
     })
+}
+
+/// How many times the harness's Redis has run `command` (lowercase, e.g. `get`), from its
+/// `INFO commandstats`.
+pub fn redis_calls(h: &FlowHarness, command: &str) -> u64 {
+    let info: String = redis_query(h, redis::cmd("INFO").arg("commandstats"));
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| {
+            n.parse()
+                .unwrap_or_else(|e| panic!("{line}: {e}", line = n))
+        })
 }
 
 /// Every key matching `pattern` in the harness's Redis, sorted.
