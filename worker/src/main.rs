@@ -173,12 +173,14 @@ fn run_node(mut env: Environment, component: Option<Vec<String>>) -> ExitCode {
 }
 
 /// Runtime worker threads of a node replica, unless `TOKIO_WORKER_THREADS` says otherwise.
-const NODE_WORKER_THREADS: usize = 2;
+const NODE_WORKER_THREADS: usize = 1;
 
 /// A node replica runs one loop, on the thread that calls `block_on` (so `block_in_place`
 /// there costs no hand-off); the runtime's workers only carry its I/O (the connection, pull
-/// loops, receipts and acks, keepalive, health), which two threads keep apart from the loop
-/// as well as more would. Tokio's default is one worker per CPU the process may use, which
+/// loops, receipts and acks, keepalive, health), which one thread keeps apart from the loop:
+/// a second one only added cross-thread wake-ups (identity hop at 1 KiB: 36–37 CPU-µs a
+/// message with two, 32–34 with one, and 6 % more messages a second; latency unchanged;
+/// docs/PERFORMANCE.md). Tokio's default is one worker per CPU the process may use, which
 /// on a large host without a CPU limit means dozens of threads, each with its own stack and,
 /// once it allocates, its own malloc arena (measured idle: about 25 KiB of private memory
 /// per extra thread, more under load; docs/PERFORMANCE.md). `TOKIO_WORKER_THREADS`, tokio's
