@@ -101,22 +101,12 @@ pub fn convert(
     order: Order,
     c: &Coefficients,
 ) -> Result<Path, ShortBuffer> {
-    check(planes, width, height, out, out_stride)?;
     let path = if accelerated() {
         Path::Avx2
     } else {
         Path::Scalar
     };
-    for row in 0..height {
-        let (y, u, v) = rows(planes, row, width);
-        let line = &mut out[row * out_stride..row * out_stride + width * 3];
-        let done = match path {
-            #[cfg(target_arch = "x86_64")]
-            Path::Avx2 => avx2::row(y, u, v, line, order, c),
-            _ => 0,
-        };
-        scalar::row_from(done, y, u, v, line, order, c);
-    }
+    convert_on(path, planes, width, height, out, out_stride, order, c)?;
     Ok(path)
 }
 
@@ -131,11 +121,40 @@ pub fn convert_scalar(
     order: Order,
     c: &Coefficients,
 ) -> Result<(), ShortBuffer> {
+    convert_on(
+        Path::Scalar,
+        planes,
+        width,
+        height,
+        out,
+        out_stride,
+        order,
+        c,
+    )
+}
+
+/// Converts row by row on `path`; each row's pixels beyond the AVX2 blocks one at a time.
+#[allow(clippy::too_many_arguments)]
+fn convert_on(
+    path: Path,
+    planes: &Planes<'_>,
+    width: usize,
+    height: usize,
+    out: &mut [u8],
+    out_stride: usize,
+    order: Order,
+    c: &Coefficients,
+) -> Result<(), ShortBuffer> {
     check(planes, width, height, out, out_stride)?;
     for row in 0..height {
         let (y, u, v) = rows(planes, row, width);
         let line = &mut out[row * out_stride..row * out_stride + width * 3];
-        scalar::row_from(0, y, u, v, line, order, c);
+        let done = match path {
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => avx2::row(y, u, v, line, order, c),
+            _ => 0,
+        };
+        scalar::row_from(done, y, u, v, line, order, c);
     }
     Ok(())
 }
