@@ -38,9 +38,13 @@ pub enum Order {
     Rgb,
 }
 
-/// One 8-bit planar 4:2:0 picture: rows of `stride` bytes per plane.
+/// One 8-bit planar 4:2:0 picture: `width × height` pixels, rows of `stride` bytes per plane.
 #[derive(Debug, Clone, Copy)]
-pub struct Planes<'a> {
+pub struct Picture<'a> {
+    /// Pixels per row.
+    pub width: usize,
+    /// Rows.
+    pub height: usize,
     /// Luma, `height` rows of `width` samples.
     pub y: &'a [u8],
     /// Bytes from one luma row to the next.
@@ -54,6 +58,17 @@ pub struct Planes<'a> {
     pub v: &'a [u8],
     /// Bytes from one `v` row to the next.
     pub v_stride: usize,
+}
+
+/// Where a converted picture goes: rows of `width × 3` bytes, `stride` apart.
+#[derive(Debug)]
+pub struct Packed<'a> {
+    /// The output rows.
+    pub bytes: &'a mut [u8],
+    /// Bytes from one output row to the next.
+    pub stride: usize,
+    /// The byte order of each pixel.
+    pub order: Order,
 }
 
 /// Which code converted a picture.
@@ -90,15 +105,11 @@ pub fn accelerated() -> bool {
     }
 }
 
-/// Converts `planes` (`width × height`) into `out`, rows of `width × 3` bytes `out_stride`
-/// apart, in AVX2 where the CPU has it ([`accelerated`]), one pixel at a time otherwise.
+/// Converts `picture` into `out`, in AVX2 where the CPU has it ([`accelerated`]), one pixel
+/// at a time otherwise.
 pub fn convert(
-    planes: &Planes<'_>,
-    width: usize,
-    height: usize,
-    out: &mut [u8],
-    out_stride: usize,
-    order: Order,
+    picture: &Picture<'_>,
+    out: &mut Packed<'_>,
     c: &Coefficients,
 ) -> Result<Path, ShortBuffer> {
     let path = if accelerated() {
@@ -106,49 +117,32 @@ pub fn convert(
     } else {
         Path::Scalar
     };
-    convert_on(path, planes, width, height, out, out_stride, order, c)?;
+    convert_on(path, picture, out, c)?;
     Ok(path)
 }
 
-/// Converts `planes` one pixel at a time: the definition [`convert`]'s AVX2 code is tested
+/// Converts `picture` one pixel at a time: the definition [`convert`]'s AVX2 code is tested
 /// against.
 pub fn convert_scalar(
-    planes: &Planes<'_>,
-    width: usize,
-    height: usize,
-    out: &mut [u8],
-    out_stride: usize,
-    order: Order,
+    picture: &Picture<'_>,
+    out: &mut Packed<'_>,
     c: &Coefficients,
 ) -> Result<(), ShortBuffer> {
-    convert_on(
-        Path::Scalar,
-        planes,
-        width,
-        height,
-        out,
-        out_stride,
-        order,
-        c,
-    )
+    convert_on(Path::Scalar, picture, out, c)
 }
 
 /// Converts row by row on `path`; each row's pixels beyond the AVX2 blocks one at a time.
-#[allow(clippy::too_many_arguments)]
 fn convert_on(
     path: Path,
-    planes: &Planes<'_>,
-    width: usize,
-    height: usize,
-    out: &mut [u8],
-    out_stride: usize,
-    order: Order,
+    picture: &Picture<'_>,
+    out: &mut Packed<'_>,
     c: &Coefficients,
 ) -> Result<(), ShortBuffer> {
-    check(planes, width, height, out, out_stride)?;
-    for row in 0..height {
-        let (y, u, v) = rows(planes, row, width);
-        let line = &mut out[row * out_stride..row * out_stride + width * 3];
+    check(picture, out)?;
+    let (width, stride, order) = (picture.width, out.stride, out.order);
+    for row in 0..picture.height {
+        let (y, u, v) = rows(picture, row);
+        let line = &mut out.bytes[row * stride..row * stride + width * 3];
         let done = match path {
             #[cfg(target_arch = "x86_64")]
             Path::Avx2 => avx2::row(y, u, v, line, order, c),
@@ -159,8 +153,9 @@ fn convert_on(
     Ok(())
 }
 
-/// Luma row `row` and the chroma rows it shares, each cut to the samples of `width` pixels.
-fn rows<'a>(planes: &Planes<'a>, row: usize, width: usize) -> (&'a [u8], &'a [u8], &'a [u8]) {
+/// Luma row `row` and the chroma rows it shares, each cut to the samples of the row's pixels.
+fn rows<'a>(planes: &Picture<'a>, row: usize) -> (&'a [u8], &'a [u8], &'a [u8]) {
+    let width = planes.width;
     let cw = width.div_ceil(2);
     let (yo, co_u, co_v) = (
         row * planes.y_stride,
@@ -175,13 +170,8 @@ fn rows<'a>(planes: &Planes<'a>, row: usize, width: usize) -> (&'a [u8], &'a [u8
 }
 
 /// Every row [`rows`] and the output will slice is inside its buffer.
-fn check(
-    planes: &Planes<'_>,
-    width: usize,
-    height: usize,
-    out: &[u8],
-    out_stride: usize,
-) -> Result<(), ShortBuffer> {
+fn check(planes: &Picture<'_>, out: &Packed<'_>) -> Result<(), ShortBuffer> {
+    let (width, height) = (planes.width, planes.height);
     if width == 0 || height == 0 {
         return Ok(());
     }
@@ -205,5 +195,5 @@ fn check(
     need("y", planes.y_stride, width, height, planes.y.len())?;
     need("u", planes.u_stride, cw, ch, planes.u.len())?;
     need("v", planes.v_stride, cw, ch, planes.v.len())?;
-    need("output", out_stride, width * 3, height, out.len())
+    need("output", out.stride, width * 3, height, out.bytes.len())
 }

@@ -4,7 +4,9 @@
 
 use proptest::prelude::*;
 use videoflow_yuv::calibration::{self, SIZE};
-use videoflow_yuv::{Coefficients, Order, Path, Planes, ShortBuffer, convert, convert_scalar};
+use videoflow_yuv::{
+    Coefficients, Order, Packed, Path, Picture, ShortBuffer, convert, convert_scalar,
+};
 
 /// Calibration picture `part`: planes packed, `SIZE` × `SIZE`.
 fn every_triple(part: u8) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
@@ -43,7 +45,9 @@ fn every_yuv_triple_converts_as_the_definition() {
     let full = Coefficients::new(videoflow_yuv::coefficients::BT601, true);
     for part in 0..calibration::PARTS {
         let (y, u, v) = every_triple(part);
-        let planes = Planes {
+        let planes = Picture {
+            width: SIZE,
+            height: SIZE,
             y: &y,
             y_stride: 1024,
             u: &u,
@@ -53,9 +57,14 @@ fn every_yuv_triple_converts_as_the_definition() {
         };
         for (coeffs, order) in [(&c, Order::Bgr), (&c, Order::Rgb), (&full, Order::Bgr)] {
             let (mut fast, mut slow) = (vec![0; 1024 * 1024 * 3], vec![1; 1024 * 1024 * 3]);
-            let path = convert(&planes, 1024, 1024, &mut fast, 1024 * 3, order, coeffs)
-                .unwrap_or_else(|e| panic!("{e}"));
-            convert_scalar(&planes, 1024, 1024, &mut slow, 1024 * 3, order, coeffs)
+            let packed = |bytes| Packed {
+                bytes,
+                stride: SIZE * 3,
+                order,
+            };
+            let path =
+                convert(&planes, &mut packed(&mut fast), coeffs).unwrap_or_else(|e| panic!("{e}"));
+            convert_scalar(&planes, &mut packed(&mut slow), coeffs)
                 .unwrap_or_else(|e| panic!("{e}"));
             if videoflow_yuv::accelerated() {
                 assert_eq!(path, Path::Avx2);
@@ -79,12 +88,14 @@ proptest! {
         let (cw, ch) = (width.div_ceil(2), height.div_ceil(2));
         let (ys, cs, os) = (width + pad, cw + pad / 2, width * 3 + pad);
         let (y, u, v) = (bytes(ys * height), bytes(cs * ch), bytes(cs * ch));
-        let planes = Planes { y: &y, y_stride: ys, u: &u, u_stride: cs, v: &v, v_stride: cs };
+        let planes = Picture { width, height, y: &y, y_stride: ys, u: &u, u_stride: cs, v: &v, v_stride: cs };
         let order = if rgb { Order::Rgb } else { Order::Bgr };
         let c = Coefficients::bt601_limited();
         let (mut fast, mut slow) = (vec![7; os * height], vec![7; os * height]);
-        convert(&planes, width, height, &mut fast, os, order, &c).map_err(|e| TestCaseError::fail(e.to_string()))?;
-        convert_scalar(&planes, width, height, &mut slow, os, order, &c).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        convert(&planes, &mut Packed { bytes: &mut fast, stride: os, order }, &c)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        convert_scalar(&planes, &mut Packed { bytes: &mut slow, stride: os, order }, &c)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(fast, slow);
     }
 }
@@ -92,7 +103,9 @@ proptest! {
 #[test]
 fn a_short_plane_is_refused_naming_it() {
     let (y, u, v) = (vec![0; 64 * 2], vec![0; 32], vec![0; 31]);
-    let planes = Planes {
+    let planes = Picture {
+        width: 64,
+        height: 2,
         y: &y,
         y_stride: 64,
         u: &u,
@@ -101,15 +114,8 @@ fn a_short_plane_is_refused_naming_it() {
         v_stride: 32,
     };
     let mut out = vec![0; 64 * 3 * 2];
-    let e = convert(
-        &planes,
-        64,
-        2,
-        &mut out,
-        64 * 3,
-        Order::Bgr,
-        &Coefficients::bt601_limited(),
-    );
+    let c = Coefficients::bt601_limited();
+    let e = convert(&planes, &mut bgr_rows(&mut out), &c);
     assert_eq!(
         e,
         Err(ShortBuffer {
@@ -119,13 +125,9 @@ fn a_short_plane_is_refused_naming_it() {
         })
     );
     let e = convert(
-        &Planes { v: &u, ..planes },
-        64,
-        2,
-        &mut out[..100],
-        64 * 3,
-        Order::Bgr,
-        &Coefficients::bt601_limited(),
+        &Picture { v: &u, ..planes },
+        &mut bgr_rows(&mut out[..100]),
+        &c,
     );
     assert!(
         matches!(
@@ -137,4 +139,13 @@ fn a_short_plane_is_refused_naming_it() {
         ),
         "{e:?}"
     );
+}
+
+/// 64-pixel BGR rows, packed.
+fn bgr_rows(bytes: &mut [u8]) -> Packed<'_> {
+    Packed {
+        bytes,
+        stride: 64 * 3,
+        order: Order::Bgr,
+    }
 }

@@ -39,7 +39,7 @@ use ffmpeg::format::Pixel;
 use ffmpeg::software::scaling::{self, Flags};
 use ffmpeg::util::frame::video::Video as RawFrame;
 use ffmpeg_next as ffmpeg;
-use videoflow_yuv::{Coefficients, Order, Planes, calibration};
+use videoflow_yuv::{Coefficients, Order, Picture, calibration};
 
 /// A converted picture: `height × width × 3` bytes, rows packed.
 #[derive(Debug, Clone, PartialEq)]
@@ -281,7 +281,9 @@ fn kernel_converts(picture: &RawFrame) -> bool {
 
 /// `picture` ([`kernel_converts`]) into `out`, a `BGR24`/`RGB24` picture of its size.
 fn kernel_convert(picture: &RawFrame, out: &mut RawFrame, order: Order) -> Result<(), String> {
-    let planes = Planes {
+    let planes = Picture {
+        width: picture.width() as usize,
+        height: picture.height() as usize,
         y: picture.data(0),
         y_stride: picture.stride(0),
         u: picture.data(1),
@@ -289,19 +291,15 @@ fn kernel_convert(picture: &RawFrame, out: &mut RawFrame, order: Order) -> Resul
         v: picture.data(2),
         v_stride: picture.stride(2),
     };
-    let (width, height) = (picture.width() as usize, picture.height() as usize);
     let stride = out.stride(0);
-    videoflow_yuv::convert(
-        &planes,
-        width,
-        height,
-        out.data_mut(0),
+    let mut packed = videoflow_yuv::Packed {
+        bytes: out.data_mut(0),
         stride,
         order,
-        &Coefficients::bt601_limited(),
-    )
-    .map(|_| ())
-    .map_err(|e| format!("colour conversion failed: {e}"))
+    };
+    videoflow_yuv::convert(&planes, &mut packed, &Coefficients::bt601_limited())
+        .map(|_| ())
+        .map_err(|e| format!("colour conversion failed: {e}"))
 }
 
 /// Whether `videoflow_yuv` runs its AVX2 code here and gives the bytes this process's swscale
