@@ -21,6 +21,9 @@ use serde_json::{Value, json};
 use videoflow_core::naming;
 use videoflow_operator::render::pod::{STATIC_WORKER_BINARY, WORKER_BINARY};
 
+/// The worker image's FFmpeg build, which `WORKER_BINARY` execs for video nodes.
+const VIDEO_WORKER_BINARY: &str = "/usr/local/bin/videoflow-worker-video";
+
 // ------------------------------------------------------------------ image layout (offline)
 
 /// A `docker save` archive read back: the image config and every file of its layers (path →
@@ -153,8 +156,10 @@ fn image_1_the_worker_image_has_both_workers_the_copy_tool_and_no_shell() {
         !is_dynamic(&file(STATIC_WORKER_BINARY)),
         "{STATIC_WORKER_BINARY} must be static"
     );
-    // The entrypoint links FFmpeg: its libraries are in the image.
+    // The entrypoint maps no FFmpeg library and hands video nodes to its sibling beside it,
+    // which links FFmpeg: those libraries are in the image.
     assert!(is_dynamic(&file(WORKER_BINARY)));
+    assert!(is_dynamic(&file(VIDEO_WORKER_BINARY)));
     for lib in [
         "libavcodec.so.59",
         "libavformat.so.59",
@@ -208,8 +213,11 @@ fn the_images_run_read_only_and_the_static_worker_runs_in_an_image_without_libc(
                  "imagePullPolicy": "Never", "securityContext": restricted,
                  "command": ["cp", STATIC_WORKER_BINARY, "/videoflow/bin/videoflow-worker"],
                  "volumeMounts": [{"name": "bin", "mountPath": "/videoflow/bin"}]},
-                {"name": "video-worker", "image": "videoflow/videoflow-worker:0.1.0",
+                {"name": "worker", "image": "videoflow/videoflow-worker:0.1.0",
                  "imagePullPolicy": "Never", "securityContext": restricted, "args": ["--version"]},
+                {"name": "video-worker", "image": "videoflow/videoflow-worker:0.1.0",
+                 "imagePullPolicy": "Never", "securityContext": restricted,
+                 "command": [VIDEO_WORKER_BINARY, "--version"]},
                 {"name": "python", "image": "videoflow/sdk-python-examples:0.1.0",
                  "imagePullPolicy": "Never", "securityContext": restricted,
                  "command": ["python3", "-c",
@@ -236,6 +244,7 @@ fn the_images_run_read_only_and_the_static_worker_runs_in_an_image_without_libc(
         n.log("node-kubelet")
     );
     for (c, expect) in [
+        ("worker", "videoflow-worker"),
         ("video-worker", "videoflow-worker"),
         ("copied", "videoflow-worker"),
         ("python", "python-image ok"),

@@ -141,6 +141,8 @@ fn ours(path: &Path, threads: usize, frames: usize) -> (f64, f64) {
 }
 
 fn main() {
+    // The reader is built in this process, as `videoflow-worker-video` builds it.
+    videoflow_worker::nodes::video::install();
     let o = opts();
     let frames = if o.quick { 150 } else { 600 };
     let dir = std::env::temp_dir().join(format!("vf-bench-video-{}", std::process::id()));

@@ -1,5 +1,7 @@
 //! `videoflow-worker`: parses arguments and wires; the work lives in the library and in
-//! `videoflow-core`.
+//! `videoflow-core`. `videoflow-worker-video` (`src/bin/video.rs`) is this same `main` with
+//! the video nodes installed; this binary never names FFmpeg, so it is linked without it and
+//! hands video work to that sibling (`exec`, same arguments and environment).
 //!
 //! Without a subcommand it runs one node replica from its `VF_*` environment (what control
 //! planes start); `exec -- <command>` does the same with a component program as the node;
@@ -134,7 +136,7 @@ enum Command {
     },
 }
 
-fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     let cli = Cli::parse();
     let env = Environment::capture();
     let command = match cli.command {
@@ -156,6 +158,12 @@ fn main() -> ExitCode {
 /// (§15.4).
 fn run_node(mut env: Environment, component: Option<Vec<String>>) -> ExitCode {
     init_logging(&env);
+    if videoflow_worker::nodes::video::wanted(
+        env.get("VF_NODE_CLASS"),
+        env.get("VF_NODE_PARAMS_JSON"),
+    ) {
+        hand_to_video_binary();
+    }
     std::panic::set_hook(Box::new(|info| {
         tracing::error!("panic: {info}");
         eprintln!("panic: {info}");
@@ -170,6 +178,22 @@ fn run_node(mut env: Environment, component: Option<Vec<String>>) -> ExitCode {
     block_on(true, node_worker_threads(&env), |signals| async move {
         videoflow_worker::runtime::run_node(&env, signals).await
     })
+}
+
+/// Replaces this process with `videoflow-worker-video` (same arguments, same environment)
+/// when this binary has no video nodes and that sibling is installed next to it. Returns
+/// only when it is not (or cannot be started): the work then runs here, and whatever needs
+/// FFmpeg refuses with a `VF_CONFIG` error naming the missing binary.
+fn hand_to_video_binary() {
+    use std::os::unix::process::CommandExt as _;
+    let Some(path) = videoflow_worker::nodes::video::sibling() else {
+        return;
+    };
+    tracing::debug!(binary = %path.display(), "video work: handing over");
+    let error = std::process::Command::new(&path)
+        .args(std::env::args_os().skip(1))
+        .exec();
+    tracing::warn!(binary = %path.display(), "cannot start the video worker: {error}");
 }
 
 /// Runtime worker threads of a node replica, unless `TOKIO_WORKER_THREADS` says otherwise.
@@ -348,6 +372,9 @@ fn run(env: Environment, command: Command) -> anyhow::Result<ExitCode> {
                 path: device.path.clone(),
                 ..NvidiaSmi::default()
             };
+            if decode.is_some() {
+                hand_to_video_binary();
+            }
             let decode = decode.map(|p| p.to_string_lossy().into_owned());
             let (doc, opened) = videoflow_worker::gpu::inspect::inspect(
                 &node,

@@ -17,10 +17,11 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::{Map, Value as Json, json};
+use video_support::build_node;
 use video_support::{FRAMES, TempDir, h264, h265};
 use videoflow_core::envelope::encode_payload;
 use videoflow_core::model::NodeKind;
-use videoflow_worker::nodes::{BuiltNode, NodeContext, build_node};
+use videoflow_worker::nodes::{BuiltNode, NodeContext};
 
 const REMEDY: &str = "Run `./scripts/install-deps`: it installs the reference virtualenv with \
     OpenCV (scripts/reference-requirements.txt), which 1.0.4's VideoFileReader reads with.";

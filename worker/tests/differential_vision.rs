@@ -14,11 +14,12 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::{Map, Value as Json, json};
+use video_support::build_node;
 use video_support::{TempDir, run_ffmpeg};
 use videoflow_core::envelope::{Payload, encode_payload};
 use videoflow_core::model::NodeKind;
 use videoflow_core::value::{Tensor, Value};
-use videoflow_worker::nodes::{BuiltNode, Input, NodeContext, build_node};
+use videoflow_worker::nodes::{BuiltNode, Input, NodeContext};
 
 const REMEDY: &str = "Run `./scripts/install-deps`: it installs the reference virtualenv with \
     OpenCV (scripts/reference-requirements.txt), which 1.0.4's image nodes compute with.";

@@ -13,13 +13,13 @@ use video_support::{
     FRAMES, H, TempDir, W, cli_bgr_frames, frames_before, h264, h265, packets, run_ffmpeg,
     truncated_copy,
 };
+use video_support::{build_node, decode_twice};
 use videoflow_core::envelope::Payload;
 use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::model::NodeKind;
 use videoflow_core::value::Value;
 use videoflow_worker::clock::wall_now;
-use videoflow_worker::nodes::video::decode_twice;
-use videoflow_worker::nodes::{BuiltNode, GpuPlacement, NodeContext, Producer, build_node};
+use videoflow_worker::nodes::{BuiltNode, GpuPlacement, NodeContext, Producer};
 
 const CLASS: &str = "videoflow.producers.video.VideoFileReader";
 

@@ -18,6 +18,7 @@ use std::process::{Child, Command};
 use std::time::Duration;
 
 use serde_json::{Map, Value as Json, json};
+use video_support::build_node;
 use video_support::rtsp::{FPS, GOP, H, Media, SECONDS, Server, W, hash, media};
 use video_support::run_ffmpeg;
 use videoflow_core::envelope::Payload;
@@ -25,7 +26,7 @@ use videoflow_core::errors::{ErrorCode, VfError};
 use videoflow_core::model::NodeKind;
 use videoflow_core::value::Value;
 use videoflow_worker::clock::wall_now;
-use videoflow_worker::nodes::{BuiltNode, NodeContext, Producer, build_node};
+use videoflow_worker::nodes::{BuiltNode, NodeContext, Producer};
 
 const URL_CLASS: &str = "videoflow.producers.video.VideoUrlReader";
 const DEVICE_CLASS: &str = "videoflow.producers.video.VideoDeviceReader";

@@ -11,12 +11,13 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::{Map, Value as Json, json};
+use video_support::build_node;
 use video_support::{FRAMES, H, TempDir, W, ffprobe, h264};
 use videoflow_core::envelope::Payload;
 use videoflow_core::errors::ErrorCode;
 use videoflow_core::model::NodeKind;
 use videoflow_core::value::{Tensor, Value};
-use videoflow_worker::nodes::{BuiltNode, Consumer, Input, NodeContext, build_node};
+use videoflow_worker::nodes::{BuiltNode, Consumer, Input, NodeContext};
 
 fn params(j: Json) -> Map<String, Json> {
     match j {

@@ -398,6 +398,40 @@ mod tests {
         assert_eq!(ours.len(), CLASSES.len(), "a builder is listed twice");
     }
 
+    /// The classes `videoflow-worker` hands to its video sibling are catalog classes, and
+    /// every class of 1.0.4's video modules is among them (a missing one would be refused
+    /// by the binary without FFmpeg instead of handed over).
+    #[test]
+    fn the_video_classes_are_the_catalog_video_modules_and_ours() {
+        for class in video::CLASSES {
+            assert_eq!(canonical_class(class), Some(*class), "{class}");
+            assert!(video::wanted(Some(class), None), "{class}");
+        }
+        for name in catalog::canonical_names() {
+            let video_module = name.starts_with("videoflow.producers.video.")
+                || name.starts_with("videoflow.consumers.video.");
+            if video_module {
+                assert!(video::CLASSES.contains(&name), "{name} is not handed over");
+            }
+        }
+        let check = "videoflow.rs.consumers.SelfCheck";
+        assert!(!video::wanted(Some(check), Some(r#"{"expect": {}}"#)));
+        assert!(video::wanted(
+            Some(check),
+            Some(r#"{"video_file": "a.mp4"}"#)
+        ));
+        assert!(
+            video::wanted(Some("videoflow.producers.VideofileReader"), None),
+            "an alias"
+        );
+        assert!(!video::wanted(
+            Some("videoflow.producers.IntProducer"),
+            None
+        ));
+        assert!(!video::wanted(Some("no.such.Class"), None));
+        assert!(!video::wanted(None, None));
+    }
+
     /// A value of `ty` the builders accept, for a parameter they require.
     fn sample(class: &str, name: &str, ty: ParamType) -> Json {
         match (name, ty) {
@@ -426,6 +460,8 @@ mod tests {
     /// Builds `spec` as a user would: build, read the error's `param`, supply a sample of
     /// it, build again.
     fn build_supplied(spec: &ClassSpec) -> Supplied {
+        #[cfg(feature = "video")]
+        video::install();
         let Some((_, entry)) = lookup(spec.canonical) else {
             panic!("{}: no builder", spec.canonical);
         };
@@ -442,7 +478,7 @@ mod tests {
                         reads,
                     };
                 }
-                Err(e) if e.message.contains("without video") => {
+                Err(e) if e.message.contains("is a video node") => {
                     return Supplied {
                         node: None,
                         params,
@@ -531,13 +567,15 @@ mod tests {
 
     #[test]
     fn every_class_builds_from_defaults_or_fails_only_on_required_params() {
+        #[cfg(feature = "video")]
+        video::install();
         for c in catalog::CLASSES {
             match build_node(c.canonical, c.kind, &Map::new()) {
                 Ok(node) => assert_eq!(node.kind(), c.kind),
                 Err(e) => {
                     assert_eq!(e.code, ErrorCode::Config, "{}: {e}", c.canonical);
                     let without_video =
-                        cfg!(not(feature = "video")) && e.message.contains("without video");
+                        cfg!(not(feature = "video")) && e.message.contains("is a video node");
                     assert!(
                         e.message.contains("requires parameter") || without_video,
                         "{e}"

@@ -440,14 +440,16 @@ impl SelfCheck {
                 })
             }
         };
-        #[cfg(not(feature = "video"))]
-        if video.is_some() {
+        if video.is_some() && !super::video::available() {
             return Err(VfError::new(
                 ErrorCode::Config,
-                "VF_NODE_PARAMS_JSON: SelfCheck's video_file needs a videoflow-worker built \
-                 with its `video` feature (this one has no FFmpeg libraries).",
+                format!(
+                    "VF_NODE_PARAMS_JSON: SelfCheck's video_file reads a video back with \
+                     FFmpeg, and {}.",
+                    super::video::missing_text()
+                ),
             )
-            .with_remedy("Run the check on the videoflow-worker image, or drop video_file.")
+            .with_remedy(super::video::remedy())
             .with_context("variable", "VF_NODE_PARAMS_JSON")
             .with_context("param", "video_file"));
         }
@@ -465,12 +467,7 @@ impl SelfCheck {
             return;
         };
         let a = &mut self.video_actual;
-        match super::video::check::inspect(
-            &v.file,
-            v.box_color,
-            v.contact_sheet.as_deref(),
-            VIDEO_WAIT,
-        ) {
+        match super::video::inspect(&v.file, v.box_color, v.contact_sheet.as_deref(), VIDEO_WAIT) {
             Ok(r) => {
                 a.insert("video_frames".into(), json!(r.frames));
                 a.insert("video_size".into(), json!(r.size));

@@ -19,6 +19,26 @@ pub const H: usize = 360;
 pub const FPS: u32 = 25;
 pub const FRAMES: usize = 50;
 
+/// `videoflow_worker::nodes::build_node` with the video nodes installed first: these tests
+/// build video nodes in process, as `videoflow-worker-video` does.
+pub fn build_node(
+    class: &str,
+    kind: videoflow_core::model::NodeKind,
+    params: &serde_json::Map<String, serde_json::Value>,
+) -> Result<videoflow_worker::nodes::BuiltNode, videoflow_core::errors::VfError> {
+    videoflow_worker::nodes::video::install();
+    videoflow_worker::nodes::build_node(class, kind, params)
+}
+
+/// `videoflow_worker::nodes::video::decode_twice` with the video nodes installed first.
+pub fn decode_twice(
+    video_file: &str,
+    gpu: &videoflow_worker::nodes::GpuPlacement,
+) -> serde_json::Value {
+    videoflow_worker::nodes::video::install();
+    videoflow_worker::nodes::video::decode_twice(video_file, gpu)
+}
+
 const REMEDY: &str = "Install FFmpeg's command-line tools with `./scripts/install-deps` \
     (Debian package `ffmpeg`), or point VF_FFMPEG / VF_FFPROBE at them.";
 

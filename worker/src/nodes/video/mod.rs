@@ -51,34 +51,136 @@ pub mod reader;
 #[cfg(feature = "video")]
 pub mod writer;
 
-use videoflow_core::errors::VfError;
+use std::path::PathBuf;
+
+use serde_json::Value as Json;
+use videoflow_core::errors::{ErrorCode, VfError};
 
 use super::params::Params;
-use super::{Consumer, Producer};
+use super::{Consumer, GpuPlacement, Producer};
+
+/// The name of the binary that runs video nodes, installed next to `videoflow-worker`.
+pub const VIDEO_BINARY: &str = "videoflow-worker-video";
+
+/// The built-in classes that need FFmpeg, by canonical path (SelfCheck needs it only with a
+/// `video_file`, see [`wanted`]).
+pub const CLASSES: &[&str] = &[
+    "videoflow.producers.video.VideoFileReader",
+    "videoflow.producers.video.VideoUrlReader",
+    "videoflow.producers.video.VideoDeviceReader",
+    "videoflow.producers.video.ImageProducer",
+    "videoflow.producers.video.ImageFolderReader",
+    "videoflow.consumers.video.VideofileWriter",
+    "videoflow.rs.consumers.VideoFileWriter",
+];
+
+/// The video nodes' entry points, which only a binary that calls [`install`] holds.
+///
+/// Why installed at run time rather than called directly: a binary whose code never names
+/// them is linked without FFmpeg's libraries (an unreferenced `--as-needed` library is
+/// dropped), so `videoflow-worker` maps none of the ~215 shared libraries libav brings —
+/// about 40 MiB resident per worker and a few CPU-µs a message of symbol binding
+/// (docs/PERFORMANCE.md) — and hands video work to [`VIDEO_BINARY`], which installs them.
+#[cfg(feature = "video")]
+struct Library {
+    builders: Builders,
+    decode_twice: fn(&str, &GpuPlacement) -> Json,
+    inspect: Inspect,
+}
+
+/// `check::inspect`: a written video read back for a self-check.
+#[cfg(feature = "video")]
+type Inspect =
+    fn(&str, [u8; 3], Option<&str>, std::time::Duration) -> Result<check::VideoReport, String>;
+
+#[cfg(feature = "video")]
+static INSTALLED: std::sync::OnceLock<&'static Library> = std::sync::OnceLock::new();
+
+#[cfg(feature = "video")]
+static FFMPEG: Library = Library {
+    builders: FFMPEG_BUILDERS,
+    decode_twice: compare::decode_twice,
+    inspect: check::inspect,
+};
+
+/// Makes the video nodes available in this process (what `videoflow-worker-video`'s `main`
+/// does first; tests that build video nodes in process call it too). A build without the
+/// `video` feature has none to install: its video classes stay refused.
+pub fn install() {
+    #[cfg(feature = "video")]
+    let _ = INSTALLED.set(&FFMPEG);
+}
+
+#[cfg(feature = "video")]
+fn installed() -> Option<&'static Library> {
+    INSTALLED.get().copied()
+}
+
+/// Whether this process can run video nodes.
+pub fn available() -> bool {
+    #[cfg(feature = "video")]
+    return installed().is_some();
+    #[cfg(not(feature = "video"))]
+    false
+}
+
+/// Whether the node the environment describes needs FFmpeg: a video class, or a SelfCheck
+/// that reads a written video back (`video_file`). Unknown classes and unparsable params are
+/// not video work (the node's own startup reports them).
+pub fn wanted(class: Option<&str>, params_json: Option<&str>) -> bool {
+    let Some(class) = class.and_then(super::canonical_class) else {
+        return false;
+    };
+    if CLASSES.contains(&class) {
+        return true;
+    }
+    class == "videoflow.rs.consumers.SelfCheck"
+        && params_json
+            .and_then(|raw| serde_json::from_str::<Json>(raw).ok())
+            .is_some_and(|p| !p["video_file"].is_null())
+}
+
+/// [`VIDEO_BINARY`] next to this process's executable, when this process cannot run video
+/// nodes itself and that file exists.
+pub fn sibling() -> Option<PathBuf> {
+    if available() {
+        return None;
+    }
+    let path = std::env::current_exe().ok()?.with_file_name(VIDEO_BINARY);
+    path.is_file().then_some(path)
+}
 
 /// The built-in video classes' builders, `name(params, class)` (`class` names the node in
-/// errors): the node `$build` makes from its params, boxed in its family; a build without the
-/// `video` feature refuses each one (see [`without_video`]).
+/// errors): the node `$build` makes from its params, boxed in its family; a process without
+/// the video nodes refuses each one (see [`unavailable`]).
 macro_rules! video_builders {
-    ($( $(#[$doc:meta])* $name:ident -> $family:ident = $build:path; )*) => {$(
-        $(#[$doc])*
+    ($( $(#[$doc:meta])* $name:ident -> $family:ident = $build:path; )*) => {
+        /// The constructors [`Library`] holds.
         #[cfg(feature = "video")]
-        pub(crate) fn $name(
-            p: &mut Params<'_>,
-            class: &'static str,
-        ) -> Result<Box<dyn $family>, VfError> {
-            $build(p, class).map(|n| Box::new(n) as Box<dyn $family>)
+        struct Builders {
+            $( $name: fn(&mut Params<'_>, &'static str) -> Result<Box<dyn $family>, VfError>, )*
         }
 
-        /// Without the `video` feature: refused (see [`without_video`]).
-        #[cfg(not(feature = "video"))]
-        pub(crate) fn $name(
-            _p: &mut Params<'_>,
-            class: &'static str,
-        ) -> Result<Box<dyn $family>, VfError> {
-            Err(without_video(class))
-        }
-    )*};
+        #[cfg(feature = "video")]
+        const FFMPEG_BUILDERS: Builders = Builders {
+            $( $name: |p, class| $build(p, class).map(|n| Box::new(n) as Box<dyn $family>), )*
+        };
+
+        $(
+            $(#[$doc])*
+            pub(crate) fn $name(
+                p: &mut Params<'_>,
+                class: &'static str,
+            ) -> Result<Box<dyn $family>, VfError> {
+                #[cfg(feature = "video")]
+                if let Some(library) = installed() {
+                    return (library.builders.$name)(p, class);
+                }
+                let _ = p;
+                Err(unavailable(class))
+            }
+        )*
+    };
 }
 
 video_builders! {
@@ -99,36 +201,69 @@ video_builders! {
 }
 
 /// `video_file` decoded as a CPU node and as `gpu` places it, compared
-/// ([`compare::decode_twice`]).
+/// ([`compare::decode_twice`]); without the video nodes, what this process lacks.
+pub fn decode_twice(video_file: &str, gpu: &GpuPlacement) -> Json {
+    #[cfg(feature = "video")]
+    if let Some(library) = installed() {
+        return (library.decode_twice)(video_file, gpu);
+    }
+    let _ = gpu;
+    serde_json::json!({"file": video_file, "error": missing_text()})
+}
+
+/// What reading a written video back found (`check::inspect`), for [`super::selfcheck`].
 #[cfg(feature = "video")]
-pub fn decode_twice(video_file: &str, gpu: &super::GpuPlacement) -> serde_json::Value {
-    compare::decode_twice(video_file, gpu)
+pub(crate) fn inspect(
+    path: &str,
+    box_color: [u8; 3],
+    sheet: Option<&str>,
+    wait: std::time::Duration,
+) -> Result<check::VideoReport, String> {
+    match installed() {
+        Some(library) => (library.inspect)(path, box_color, sheet, wait),
+        None => Err(missing_text()),
+    }
 }
 
-/// Without the `video` feature: what the build lacks.
-#[cfg(not(feature = "video"))]
-pub fn decode_twice(video_file: &str, _gpu: &super::GpuPlacement) -> serde_json::Value {
-    serde_json::json!({
-        "file": video_file,
-        "error": "this videoflow-worker was built without video support (no FFmpeg libraries)",
-    })
+/// Why this process has no video nodes, in a sentence.
+pub(crate) fn missing_text() -> String {
+    if cfg!(feature = "video") {
+        format!(
+            "this videoflow-worker runs video nodes in {VIDEO_BINARY}, which it looks for next \
+             to itself and did not find"
+        )
+    } else {
+        "this videoflow-worker was built without video support (the statically linked build \
+         has no FFmpeg libraries)"
+            .to_owned()
+    }
 }
 
-/// Without the `video` feature: a `VF_CONFIG` error naming the class and the build.
-#[cfg(not(feature = "video"))]
-fn without_video(class: &str) -> VfError {
-    use videoflow_core::errors::ErrorCode;
+/// What to do about [`missing_text`].
+pub(crate) fn remedy() -> String {
+    if cfg!(feature = "video") {
+        format!(
+            "Install {VIDEO_BINARY} beside videoflow-worker (the videoflow-worker image ships \
+             both; `cargo build -p videoflow-worker` builds both), or start the node with \
+             {VIDEO_BINARY} itself."
+        )
+    } else {
+        "Run video nodes on the videoflow-worker image (it carries FFmpeg's libraries), or \
+         build the worker with its default `video` feature."
+            .to_owned()
+    }
+}
+
+/// A `VF_CONFIG` error naming the video class this process cannot build, and why.
+pub(crate) fn unavailable(class: &str) -> VfError {
     VfError::new(
         ErrorCode::Config,
         format!(
-            "VF_NODE_CLASS ({class}) is a video node, and this videoflow-worker was built \
-             without video support (the statically linked build has no FFmpeg libraries)."
+            "VF_NODE_CLASS ({class}) is a video node, and {}.",
+            missing_text()
         ),
     )
-    .with_remedy(
-        "Run video nodes on the videoflow-worker image (it carries FFmpeg's libraries), or \
-         build the worker with its default `video` feature.",
-    )
+    .with_remedy(remedy())
     .with_context("variable", "VF_NODE_CLASS")
     .with_context("class", class)
 }
