@@ -175,7 +175,12 @@ fn run_node(mut env: Environment, component: Option<Vec<String>>) -> ExitCode {
             serde_json::json!(argv).to_string(),
         );
     }
-    block_on(true, node_worker_threads(&env), |signals| async move {
+    let threads = if videoflow_worker::runtime::light(&env) {
+        Threads::One
+    } else {
+        Threads::Workers(node_worker_threads(&env))
+    };
+    block_on(true, threads, |signals| async move {
         videoflow_worker::runtime::run_node(&env, signals).await
     })
 }
@@ -199,8 +204,9 @@ fn hand_to_video_binary() {
 /// Runtime worker threads of a node replica, unless `TOKIO_WORKER_THREADS` says otherwise.
 const NODE_WORKER_THREADS: usize = 1;
 
-/// A node replica runs one loop, on the thread that calls `block_on` (so `block_in_place`
-/// there costs no hand-off); the runtime's workers only carry its I/O (the connection, pull
+/// A node replica that may block runs one loop, on the thread that calls `block_on` (so
+/// `block_in_place` there costs no hand-off); a light one has no workers at all
+/// (`runtime::light`, [`Threads::One`]). The runtime's workers only carry its I/O (the connection, pull
 /// loops, receipts and acks, keepalive, health), which one thread keeps apart from the loop:
 /// a second one only added cross-thread wake-ups (identity hop at 1 KiB: 36–37 CPU-µs a
 /// message with two, 32–34 with one, and 6 % more messages a second; latency unchanged;
@@ -217,21 +223,36 @@ fn node_worker_threads(env: &Environment) -> Option<usize> {
     Some(cpus.min(NODE_WORKER_THREADS))
 }
 
-/// Runs `job` on a multi-threaded runtime (the loops call nodes with `block_in_place`) with
-/// `worker_threads` workers (tokio's default when `None`) and turns its exit status into the
+/// The runtime a job runs on.
+enum Threads {
+    /// A current-thread runtime: the job and its I/O on the calling thread (a light node,
+    /// `runtime::light`).
+    One,
+    /// A multi-threaded runtime (the loops call nodes with `block_in_place`) with this many
+    /// workers (tokio's default when `None`).
+    Workers(Option<usize>),
+}
+
+/// Runs `job` on the runtime `threads` names and turns its exit status into the
 /// process's. With `signals`, SIGTERM/SIGINT set flags the job
 /// reads instead of killing the process. Pull loops and timers may still be winding down
 /// afterwards; the status is already decided.
-fn block_on<F, Fut>(signals: bool, worker_threads: Option<usize>, job: F) -> ExitCode
+fn block_on<F, Fut>(signals: bool, threads: Threads, job: F) -> ExitCode
 where
     F: FnOnce(Signals) -> Fut,
     Fut: std::future::Future<Output = i32>,
 {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    let mut builder = match threads {
+        Threads::One => tokio::runtime::Builder::new_current_thread(),
+        Threads::Workers(n) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            if let Some(n) = n {
+                b.worker_threads(n.max(1));
+            }
+            b
+        }
+    };
     builder.enable_all();
-    if let Some(n) = worker_threads {
-        builder.worker_threads(n.max(1));
-    }
     let runtime = match builder.build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -295,7 +316,7 @@ fn init_logging(env: &Environment) {
 /// `run`: the local runner on a multi-threaded runtime; Ctrl-C drains instead of killing.
 fn run_local(opts: videoflow_worker::local::RunOptions) -> ExitCode {
     init_logging(&opts.environment);
-    block_on(true, None, |signals| async move {
+    block_on(true, Threads::Workers(None), |signals| async move {
         videoflow_worker::local::run_flow(opts, signals.interrupt.clone()).await
     })
 }
@@ -308,7 +329,7 @@ fn run_job(env: &Environment, teardown: bool) -> ExitCode {
         return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1));
     }
     let vars = env.vars().clone();
-    block_on(false, None, |_signals| async move {
+    block_on(false, Threads::Workers(None), |_signals| async move {
         if teardown {
             videoflow_worker::teardown::run_teardown_job(&vars).await
         } else {

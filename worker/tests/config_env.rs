@@ -839,3 +839,49 @@ fn stream_max_age_is_read_and_bounded_by_the_duplicate_window() {
         );
     }
 }
+
+/// Which nodes run on a current-thread runtime (`runtime::light`): built-in processors and
+/// consumers whose calls never block, without a component or a fault schedule.
+#[test]
+fn light_nodes_are_the_ones_that_never_block() {
+    use videoflow_worker::config::Environment;
+    use videoflow_worker::runtime::light;
+    let node = |extra: &[(&str, &str)]| Environment::from_map(with(extra));
+    let identity = ("VF_NODE_CLASS", "videoflow.processors.IdentityProcessor");
+    assert!(light(&node(&[identity])));
+    // Pacing sleeps in `process`: it may block.
+    assert!(!light(&node(&[
+        identity,
+        ("VF_NODE_PARAMS_JSON", r#"{"fps": 5}"#)
+    ])));
+    assert!(light(&node(&[
+        ("VF_NODE_KIND", "consumer"),
+        ("VF_NODE_CLASS", "videoflow.consumers.VoidConsumer"),
+    ])));
+    // A sink that writes a file may block.
+    assert!(!light(&node(&[
+        ("VF_NODE_KIND", "consumer"),
+        ("VF_NODE_CLASS", "videoflow.rs.consumers.JsonlSink"),
+        ("VF_NODE_PARAMS_JSON", r#"{"path": "out.jsonl"}"#),
+    ])));
+    // Producers never are (their `next` may wait for input).
+    assert!(!light(&node(&[
+        ("VF_NODE_KIND", "producer"),
+        ("VF_PARENT_NAMES", ""),
+        ("VF_NODE_CLASS", "videoflow.producers.IntProducer"),
+    ])));
+    // A component, a fault schedule, an unknown class, a broken environment: not light.
+    assert!(!light(&node(&[
+        identity,
+        ("VF_COMPONENT_COMMAND_JSON", r#"["python3", "-m", "x"]"#),
+    ])));
+    assert!(!light(&node(&[
+        identity,
+        (
+            "VF_FAULT_SCHEDULE_JSON",
+            r#"[{"at": "after_open", "action": "crash"}]"#
+        ),
+    ])));
+    assert!(!light(&node(&[("VF_NODE_CLASS", "no.such.Node")])));
+    assert!(!light(&node(&[identity, ("VF_NODE_KIND", "sideways")])));
+}

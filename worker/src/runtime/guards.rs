@@ -142,12 +142,22 @@ impl Supervision {
     }
 
     /// The loop's own check after each group. Within the deadline it is a clock read; past
-    /// it the probe blocks, so that check runs off the runtime.
-    pub(crate) fn check(&self) -> Result<(), VfError> {
+    /// it the probe blocks this thread until a task on the runtime answers, so it runs on
+    /// the blocking pool while the loop awaits it (on a light node's current-thread runtime
+    /// the loop's thread is the one that must run that task).
+    pub(crate) async fn check(&self) -> Result<(), VfError> {
         if self.deadline.within() {
             return Ok(());
         }
-        tokio::task::block_in_place(|| self.deadline.check())
+        let deadline = self.deadline.clone();
+        tokio::task::spawn_blocking(move || deadline.check())
+            .await
+            .unwrap_or_else(|e| {
+                Err(VfError::new(
+                    ErrorCode::Runtime,
+                    format!("the progress deadline check did not complete: {e}"),
+                ))
+            })
     }
 }
 

@@ -11,6 +11,7 @@
 //! - [`signals`] — the control stop, SIGTERM and SIGINT flags the loops check.
 //! - [`hold`] — after a clean end, stay up until stopped when `VF_ON_FINISH=hold`.
 //! - [`node_error`] — a node's own error classified by `VF_ON_ERROR` (ERR-2).
+//! - [`off_runtime`] — a call that may block, kept from stalling the runtime's I/O.
 //!
 //! The run ledger is opened at step 7 (`crate::store`): the slot claim, then — when the store
 //! is durable and shared — terminators, received ids and completions (receive), published ids
@@ -28,6 +29,46 @@ mod signals;
 mod window;
 
 pub use signals::Signals;
+
+/// Whether the node the environment describes is light: a built-in processor or consumer
+/// whose calls never block (`may_block() == false`: the identity, the aggregators, a void
+/// sink…), with no component and no fault schedule. Such a node runs on a current-thread
+/// runtime: its loop and its I/O (the connection, receipts, acks, health) share one thread,
+/// so a message crosses no thread on its way through the worker — about a fifth of the
+/// identity hop's CPU (docs/PERFORMANCE.md). A node that may block keeps the multi-threaded
+/// runtime, where `block_in_place` hands the I/O to another worker while it runs. Anything
+/// that does not parse or build is not light; the node's own startup reports it.
+pub fn light(env: &Environment) -> bool {
+    let vars = env.vars();
+    if vars.contains_key(crate::component::COMMAND_VAR)
+        || FaultConfig::from_env(vars).schedule_json.is_some()
+    {
+        return false;
+    }
+    let Ok(cfg) = WorkerConfig::from_environment(env) else {
+        return false;
+    };
+    let Some(class) = cfg.node_class.as_deref() else {
+        return false;
+    };
+    match build_node(class, cfg.kind, &cfg.node_params) {
+        Ok(BuiltNode::Processor(node)) => !node.may_block(),
+        Ok(BuiltNode::Consumer { node, .. }) => !node.may_block(),
+        Ok(BuiltNode::Producer(_)) | Err(_) => false,
+    }
+}
+
+/// Runs `f`, which may block its thread, without stalling the runtime's other tasks where
+/// the runtime allows: on the multi-threaded runtime through `block_in_place` (its I/O
+/// moves to another worker meanwhile); on a current-thread runtime — a light node's, see
+/// `nodes::registry::light` — inline, the only choice there.
+pub(crate) fn off_runtime<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::CurrentThread) | Err(_) => f(),
+        Ok(_) => tokio::task::block_in_place(f),
+    }
+}
 
 use std::sync::Arc;
 
