@@ -12,7 +12,7 @@ use videoflow_operator::render::{self, RenderConfig};
 /// a two-parent join, consumers.
 fn ten_node_flow() -> String {
     let mut y = String::from(
-        "apiVersion: videoflow.io/v1alpha1\nkind: Flow\nmetadata: {name: bench10, namespace: videoflow, uid: 6f1c2d3e-0000-4000-8000-000000000012}\nspec:\n  type: batch\n  nodes:\n  - name: n0\n    kind: producer\n    component: {builtin: videoflow.producers.basic.IntProducer}\n    params: {start: 0, end: 100}\n",
+        "apiVersion: videoflow.io/v1alpha1\nkind: Flow\nmetadata: {name: bench10, namespace: videoflow, uid: 6f1c2d3e-0000-4000-8000-000000000012}\nspec:\n  type: batch\n  nodes:\n  - name: n0\n    kind: producer\n    component: {builtin: videoflow.producers.basic.IntProducer}\n    params: {start_value: 0, end_value: 100}\n",
     );
     for i in 1..=6 {
         let extra = match i {
