@@ -858,6 +858,14 @@ fn image_1_dockerfiles_are_non_root_and_fit_the_renderer() {
         )),
         "Dockerfile.worker installs the worker at {WORKER_BINARY}"
     );
+    // The worker execs its video sibling from its own directory.
+    let video = WORKER_BINARY.replace("videoflow-worker", "videoflow-worker-video");
+    assert!(
+        worker.contains(&format!(
+            "COPY --from=binaries /out/videoflow-worker-video {video}\n"
+        )),
+        "Dockerfile.worker installs the video worker beside the worker, at {video}"
+    );
     assert!(
         worker.contains(&format!(
             "COPY --from=binaries /out/videoflow-worker-static {STATIC_WORKER_BINARY}\n"

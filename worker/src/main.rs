@@ -158,7 +158,7 @@ pub(crate) fn main() -> ExitCode {
 /// (§15.4).
 fn run_node(mut env: Environment, component: Option<Vec<String>>) -> ExitCode {
     init_logging(&env);
-    if videoflow_worker::nodes::video::wanted(
+    if videoflow_worker::nodes::registry::needs_video(
         env.get("VF_NODE_CLASS"),
         env.get("VF_NODE_PARAMS_JSON"),
     ) {

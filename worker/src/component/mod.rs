@@ -53,7 +53,8 @@ pub fn build_exec_node(
     component: &ComponentConfig,
 ) -> Result<BuiltNode, VfError> {
     let opts = HostOptions::from(component);
-    let host = crate::runtime::off_runtime(|| ComponentHost::start(&component.command, opts))?;
+    let host =
+        crate::runtime::offload::off_runtime(|| ComponentHost::start(&component.command, opts))?;
     let identity = NodeIdentity {
         flow_id: cfg.flow_id.clone(),
         run_id: cfg.run_id.clone(),

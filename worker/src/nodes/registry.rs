@@ -292,6 +292,23 @@ pub fn canonical_class(class: &str) -> Option<&'static str> {
     lookup(class).map(|(spec, _)| spec.canonical)
 }
 
+/// Whether the node needs FFmpeg, so `videoflow-worker` hands it to `videoflow-worker-video`:
+/// a video class ([`video::CLASSES`]), or a SelfCheck that reads a written video back
+/// (`video_file`). Unknown classes and unparsable params are not video work (the node's own
+/// startup reports them).
+pub fn needs_video(class: Option<&str>, params_json: Option<&str>) -> bool {
+    let Some(class) = class.and_then(canonical_class) else {
+        return false;
+    };
+    if video::CLASSES.contains(&class) {
+        return true;
+    }
+    class == "videoflow.rs.consumers.SelfCheck"
+        && params_json
+            .and_then(|raw| serde_json::from_str::<Json>(raw).ok())
+            .is_some_and(|p| !p["video_file"].is_null())
+}
+
 /// Builds the node `class` with `params`, checked against `VF_NODE_KIND` = `kind`.
 ///
 /// In 1.0.4's order (START-1): an unknown class or bad params (`VF_CONFIG`, naming the class
@@ -405,7 +422,7 @@ mod tests {
     fn the_video_classes_are_the_catalog_video_modules_and_ours() {
         for class in video::CLASSES {
             assert_eq!(canonical_class(class), Some(*class), "{class}");
-            assert!(video::wanted(Some(class), None), "{class}");
+            assert!(needs_video(Some(class), None), "{class}");
         }
         for name in catalog::canonical_names() {
             let video_module = name.starts_with("videoflow.producers.video.")
@@ -415,21 +432,15 @@ mod tests {
             }
         }
         let check = "videoflow.rs.consumers.SelfCheck";
-        assert!(!video::wanted(Some(check), Some(r#"{"expect": {}}"#)));
-        assert!(video::wanted(
-            Some(check),
-            Some(r#"{"video_file": "a.mp4"}"#)
-        ));
+        assert!(!needs_video(Some(check), Some(r#"{"expect": {}}"#)));
+        assert!(needs_video(Some(check), Some(r#"{"video_file": "a.mp4"}"#)));
         assert!(
-            video::wanted(Some("videoflow.producers.VideofileReader"), None),
+            needs_video(Some("videoflow.producers.VideofileReader"), None),
             "an alias"
         );
-        assert!(!video::wanted(
-            Some("videoflow.producers.IntProducer"),
-            None
-        ));
-        assert!(!video::wanted(Some("no.such.Class"), None));
-        assert!(!video::wanted(None, None));
+        assert!(!needs_video(Some("videoflow.producers.IntProducer"), None));
+        assert!(!needs_video(Some("no.such.Class"), None));
+        assert!(!needs_video(None, None));
     }
 
     /// A value of `ty` the builders accept, for a parameter they require.

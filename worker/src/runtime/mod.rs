@@ -11,7 +11,7 @@
 //! - [`signals`] — the control stop, SIGTERM and SIGINT flags the loops check.
 //! - [`hold`] — after a clean end, stay up until stopped when `VF_ON_FINISH=hold`.
 //! - [`node_error`] — a node's own error classified by `VF_ON_ERROR` (ERR-2).
-//! - [`off_runtime`] — a call that may block, kept from stalling the runtime's I/O.
+//! - [`offload`] — a call that may block, kept from stalling the runtime's I/O.
 //!
 //! The run ledger is opened at step 7 (`crate::store`): the slot claim, then — when the store
 //! is durable and shared — terminators, received ids and completions (receive), published ids
@@ -20,6 +20,7 @@
 mod guards;
 mod hold;
 mod node_error;
+pub(crate) mod offload;
 mod output;
 mod process;
 mod produce;
@@ -55,18 +56,6 @@ pub fn light(env: &Environment) -> bool {
         Ok(BuiltNode::Processor(node)) => !node.may_block(),
         Ok(BuiltNode::Consumer { node, .. }) => !node.may_block(),
         Ok(BuiltNode::Producer(_)) | Err(_) => false,
-    }
-}
-
-/// Runs `f`, which may block its thread, without stalling the runtime's other tasks where
-/// the runtime allows: on the multi-threaded runtime through `block_in_place` (its I/O
-/// moves to another worker meanwhile); on a current-thread runtime — a light node's, see
-/// `nodes::registry::light` — inline, the only choice there.
-pub(crate) fn off_runtime<T>(f: impl FnOnce() -> T) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(RuntimeFlavor::CurrentThread) | Err(_) => f(),
-        Ok(_) => tokio::task::block_in_place(f),
     }
 }
 

@@ -101,7 +101,7 @@ impl Loop<'_> {
         mut sink: Sink<'_>,
         ctx: &mut NodeContext,
     ) -> Result<LoopEnd, VfError> {
-        let opened = crate::runtime::off_runtime(|| match &mut sink {
+        let opened = super::offload::off_runtime(|| match &mut sink {
             Sink::Processor(p) => p.open(ctx),
             Sink::Consumer(c, _) => c.open(ctx),
         });
@@ -119,7 +119,7 @@ impl Loop<'_> {
             self.abandon_window().await;
         }
         self.supervision.closing();
-        let closed = crate::runtime::off_runtime(|| match &mut sink {
+        let closed = super::offload::off_runtime(|| match &mut sink {
             Sink::Processor(p) => p.close(ctx),
             Sink::Consumer(c, _) => c.close(ctx),
         });
@@ -457,7 +457,7 @@ impl Loop<'_> {
                 }
                 barrier(Barrier::SinkEffectBefore, || input_key.to_owned()).await?;
                 if node.may_block() {
-                    crate::runtime::off_runtime(|| node.consume(ctx, &inputs))?;
+                    super::offload::off_runtime(|| node.consume(ctx, &inputs))?;
                 } else {
                     node.consume(ctx, &inputs)?;
                 }
@@ -470,7 +470,7 @@ impl Loop<'_> {
             }
             Sink::Processor(node) => {
                 let output = if node.may_block() {
-                    crate::runtime::off_runtime(|| node.process(ctx, &inputs))?
+                    super::offload::off_runtime(|| node.process(ctx, &inputs))?
                 } else {
                     node.process(ctx, &inputs)?
                 };
@@ -590,7 +590,7 @@ fn pipeline_depth(sink: &Sink<'_>) -> usize {
 /// Runs a node call off the async runtime when it may block (see `Processor::may_block`).
 fn blocking<T>(may_block: bool, f: impl FnOnce() -> T) -> T {
     if may_block {
-        crate::runtime::off_runtime(f)
+        super::offload::off_runtime(f)
     } else {
         f()
     }

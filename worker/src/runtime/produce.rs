@@ -42,7 +42,7 @@ pub(crate) async fn run(
     ctx.halt = crate::nodes::context::Halt::new(move || {
         halting.stop.is_set() || halting.quiesce.is_set() || halting.interrupt.is_set()
     });
-    let opened = crate::runtime::off_runtime(|| node.open(ctx));
+    let opened = super::offload::off_runtime(|| node.open(ctx));
     if let Err(e) = opened {
         let e = wrap_node_error(e, cfg, None);
         abort_if_poison(cfg, out, &e).await;
@@ -59,7 +59,7 @@ pub(crate) async fn run(
             Err(e)
         }
     };
-    if let Err(e) = crate::runtime::off_runtime(|| node.close(ctx)) {
+    if let Err(e) = super::offload::off_runtime(|| node.close(ctx)) {
         tracing::error!("close() failed: {}", e.log_line());
     }
     result
@@ -92,7 +92,7 @@ async fn resume(
     }
     let last_accepted = ledger.resume_offset().await?;
     if last_accepted > 0 {
-        crate::runtime::off_runtime(|| node.seek(last_accepted))
+        super::offload::off_runtime(|| node.seek(last_accepted))
             .map_err(|e| wrap_node_error(e, cfg, None))?;
         tracing::info!(
             node = %cfg.node_name,
@@ -226,7 +226,7 @@ async fn source(
             return Ok(ProducerEnd::Finished);
         }
         let started = Instant::now();
-        let item = match crate::runtime::off_runtime(|| node.next(ctx)) {
+        let item = match super::offload::off_runtime(|| node.next(ctx)) {
             Ok(Some(item)) => item,
             Ok(None) => return Ok(ProducerEnd::Finished),
             Err(e) => return Err(wrap_node_error(e, cfg, None)),

@@ -63,7 +63,7 @@ use super::{Consumer, GpuPlacement, Producer};
 pub const VIDEO_BINARY: &str = "videoflow-worker-video";
 
 /// The built-in classes that need FFmpeg, by canonical path (SelfCheck needs it only with a
-/// `video_file`, see [`wanted`]).
+/// `video_file`: `registry::needs_video`).
 pub const CLASSES: &[&str] = &[
     "videoflow.producers.video.VideoFileReader",
     "videoflow.producers.video.VideoUrlReader",
@@ -122,22 +122,6 @@ pub fn available() -> bool {
     return installed().is_some();
     #[cfg(not(feature = "video"))]
     false
-}
-
-/// Whether the node the environment describes needs FFmpeg: a video class, or a SelfCheck
-/// that reads a written video back (`video_file`). Unknown classes and unparsable params are
-/// not video work (the node's own startup reports them).
-pub fn wanted(class: Option<&str>, params_json: Option<&str>) -> bool {
-    let Some(class) = class.and_then(super::canonical_class) else {
-        return false;
-    };
-    if CLASSES.contains(&class) {
-        return true;
-    }
-    class == "videoflow.rs.consumers.SelfCheck"
-        && params_json
-            .and_then(|raw| serde_json::from_str::<Json>(raw).ok())
-            .is_some_and(|p| !p["video_file"].is_null())
 }
 
 /// [`VIDEO_BINARY`] next to this process's executable, when this process cannot run video
@@ -211,7 +195,7 @@ pub fn decode_twice(video_file: &str, gpu: &GpuPlacement) -> Json {
     serde_json::json!({"file": video_file, "error": missing_text()})
 }
 
-/// What reading a written video back found (`check::inspect`), for [`super::selfcheck`].
+/// What reading a written video back found (`check::inspect`), for the self-check.
 #[cfg(feature = "video")]
 pub(crate) fn inspect(
     path: &str,
