@@ -32,8 +32,8 @@ mod window;
 pub use signals::Signals;
 
 /// Whether the node the environment describes is light: a built-in processor or consumer
-/// whose calls never block (`may_block() == false`: the identity, the aggregators, a void
-/// sink…), with no component and no fault schedule. Such a node runs on a current-thread
+/// whose calls never block (`may_block() == false`: the identity without `fps`, the void
+/// sink), with no component and no fault schedule. Such a node runs on a current-thread
 /// runtime: its loop and its I/O (the connection, receipts, acks, health) share one thread,
 /// so a message crosses no thread on its way through the worker — about a fifth of the
 /// identity hop's CPU (docs/PERFORMANCE.md). A node that may block keeps the multi-threaded
@@ -49,7 +49,12 @@ pub fn light(env: &Environment) -> bool {
     let Ok(cfg) = WorkerConfig::from_environment(env) else {
         return false;
     };
-    let Some(class) = cfg.node_class.as_deref() else {
+    // A producer's `next` may wait for its input: never light, and not worth building here.
+    let Some(class) = cfg
+        .node_class
+        .as_deref()
+        .filter(|_| cfg.kind != NodeKind::Producer)
+    else {
         return false;
     };
     match build_node(class, cfg.kind, &cfg.node_params) {
@@ -62,6 +67,7 @@ pub fn light(env: &Environment) -> bool {
 use std::sync::Arc;
 
 use videoflow_core::errors::{EXIT_INTERRUPTED, EXIT_TERMINATED, ErrorCode, VfError};
+use videoflow_core::model::NodeKind;
 
 use crate::blob::{self, BlobStore};
 use crate::broker::{
