@@ -21,6 +21,8 @@ pub struct Emitter {
     flow_id: String,
     run_id: String,
     node: String,
+    /// NAME-2's subject, built once: every DATA publication names it.
+    data_subject: String,
     replica_id: u32,
     epoch: String,
     minted: u64,
@@ -46,6 +48,7 @@ impl Emitter {
             flow_id: flow_id.to_owned(),
             run_id: run_id.to_owned(),
             node: node.to_owned(),
+            data_subject: naming::data_subject(flow_id, run_id, node),
             replica_id,
             epoch: mint_epoch(),
             minted: 0,
@@ -54,9 +57,14 @@ impl Emitter {
         }
     }
 
+    /// The node this replica runs.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
     /// The data subject this replica publishes on (NAME-2).
-    pub fn data_subject(&self) -> String {
-        naming::data_subject(&self.flow_id, &self.run_id, &self.node)
+    pub fn data_subject(&self) -> &str {
+        &self.data_subject
     }
 
     /// The terminator subject (NAME-4).

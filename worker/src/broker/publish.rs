@@ -133,12 +133,21 @@ impl Publication {
         let all = std::iter::once((HEADER_MSG_ID, self.msg_id.as_str()))
             .chain(self.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
         for (name, value) in all {
-            let name =
-                HeaderName::from_str(name).map_err(|e| format!("header name {name:?}: {e}"))?;
-            let clean = value.replace(['\r', '\n'], " ");
-            let value = HeaderValue::from_str(&clean)
-                .map_err(|e| format!("header value {clean:?}: {e}"))?;
-            map.append(name, value);
+            // The two names every envelope carries need no parsing (nor a copy).
+            let name = match name {
+                HEADER_MSG_ID => HeaderName::from_static(HEADER_MSG_ID),
+                HEADER_ENVELOPE => HeaderName::from_static(HEADER_ENVELOPE),
+                other => HeaderName::from_str(other)
+                    .map_err(|e| format!("header name {other:?}: {e}"))?,
+            };
+            let clean = if value.contains(['\r', '\n']) {
+                value.replace(['\r', '\n'], " ")
+            } else {
+                value.to_owned()
+            };
+            // CR and LF are the only characters a header value cannot carry, and `clean`
+            // has none: the conversion cannot refuse it.
+            map.append(name, HeaderValue::from(clean));
         }
         Ok(map)
     }
@@ -343,8 +352,16 @@ impl InFlight {
 }
 
 /// Publishes for one node; the node name prefixes failure messages as 1.0.4's do.
+///
+/// Shared behind one `Arc`: every publication in flight keeps its publisher, so a clone per
+/// message is one counter, not a copy of the broker's clients and the node's name.
 #[derive(Debug, Clone)]
 pub struct Publisher {
+    inner: std::sync::Arc<PublisherInner>,
+}
+
+#[derive(Debug)]
+struct PublisherInner {
     broker: Broker,
     node: String,
 }
@@ -353,8 +370,10 @@ impl Publisher {
     /// A publisher for `node` on `broker`.
     pub fn new(broker: &Broker, node: impl Into<String>) -> Self {
         Publisher {
-            broker: broker.clone(),
-            node: node.into(),
+            inner: std::sync::Arc::new(PublisherInner {
+                broker: broker.clone(),
+                node: node.into(),
+            }),
         }
     }
 
@@ -386,7 +405,7 @@ impl Publisher {
         stop: &StopFlag,
     ) -> InFlight {
         let started = Instant::now();
-        let first = send(&self.broker, &publication, ATTEMPT_TIMEOUT).await;
+        let first = send(&self.inner.broker, &publication, ATTEMPT_TIMEOUT).await;
         InFlight {
             publisher: self.clone(),
             publication,
@@ -431,7 +450,7 @@ impl Publisher {
         for _ in 0..2 {
             let result = match first.take() {
                 Some(sent) => sent.receipt(publication, ATTEMPT_TIMEOUT).await,
-                None => attempt(&self.broker, publication, ATTEMPT_TIMEOUT).await,
+                None => attempt(&self.inner.broker, publication, ATTEMPT_TIMEOUT).await,
             };
             match result {
                 Attempt::Stored {
@@ -467,7 +486,7 @@ impl Publisher {
             attempts += 1;
             let result = match first.take() {
                 Some(sent) => sent.receipt(publication, bound).await,
-                None => attempt(&self.broker, publication, bound).await,
+                None => attempt(&self.inner.broker, publication, bound).await,
             };
             let failure = match result {
                 Attempt::Stored {
@@ -504,7 +523,7 @@ impl Publisher {
         BrokerError::Unavailable {
             message: format!(
                 "{}: publication {} rejected by the broker: {reason}",
-                self.node, publication.msg_id
+                self.inner.node, publication.msg_id
             ),
             remedy: "Check the stream exists and its limits; the input is handed back for \
                      redelivery."
@@ -525,7 +544,7 @@ impl Publisher {
             Attempt::Rejected { reason, .. } => BrokerError::Unavailable {
                 message: format!(
                     "{}: publication {} still refused after {attempts} attempts: {reason}",
-                    self.node, publication.msg_id
+                    self.inner.node, publication.msg_id
                 ),
                 remedy: "The stream is full; slow the producer or raise the stream limits.".into(),
                 resource: Some(publication.msg_id.clone()),
@@ -542,7 +561,7 @@ impl Publisher {
         BrokerError::Unavailable {
             message: format!(
                 "{}: publication {} could not be confirmed ({reason})",
-                self.node, publication.msg_id
+                self.inner.node, publication.msg_id
             ),
             remedy: "The input is handed back for redelivery; the retry re-publishes the same \
                      message id, which the broker deduplicates."

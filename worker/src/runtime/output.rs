@@ -1,6 +1,8 @@
 //! Publishing this node's output: encode once, offload above the inline limit, publish under
 //! the content-derived id, count what was stored (WIRE-4, BLOB-1/2, MSGID-1, DELIV-4/5, EOS-7).
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use videoflow_core::envelope::{self, Envelope, Payload, WireError};
 use videoflow_core::errors::VfError;
@@ -18,6 +20,8 @@ use videoflow_core::value::Value;
 pub(crate) struct Output {
     pub(crate) emitter: Emitter,
     publisher: Publisher,
+    /// The node's name, shared by every [`Pending`] (for a lost receipt's message).
+    node: Arc<str>,
     mode: PublishMode,
     blob: Option<BlobStore>,
     threshold: usize,
@@ -39,6 +43,7 @@ impl Output {
         stop: StopFlag,
     ) -> Self {
         Output {
+            node: Arc::from(emitter.node()),
             emitter,
             publisher,
             mode,
@@ -85,7 +90,7 @@ impl Output {
         env.payload = Payload::Opaque { payload_type, data };
         record_publish(&env);
         let mut pending = self
-            .start(&env, self.mode, self.emitter.data_subject())
+            .start(&env, self.mode, self.emitter.data_subject().to_owned())
             .await?;
         pending.ledger = self.ledger.clone();
         Ok(pending)
@@ -160,12 +165,11 @@ impl Output {
             hex
         });
         let publication = Publication::envelope(subject, env.msg_id(), Bytes::from(bytes));
-        let msg_id = publication.msg_id.clone();
-        faults::barrier(Barrier::PublishSendBefore, || msg_id.clone()).await?;
+        faults::barrier(Barrier::PublishSendBefore, || publication.msg_id.clone()).await?;
         let in_flight = self.publisher.start(publication, mode, &self.stop).await;
         Ok(Pending {
             in_flight,
-            node: env.producer_name.clone(),
+            node: self.node.clone(),
             mode,
             ledger: None,
             digest: digest.unwrap_or_default(),
@@ -177,7 +181,7 @@ impl Output {
 /// can confirm it on another task while it goes on with the next input.
 pub(crate) struct Pending {
     in_flight: InFlight,
-    node: String,
+    node: Arc<str>,
     mode: PublishMode,
     /// Set for a DATA publication under a durable shared ledger: its outbox record.
     ledger: Option<RunLedger>,

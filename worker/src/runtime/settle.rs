@@ -24,7 +24,13 @@ const DLQ_RETRY_DELAY: Duration = Duration::from_secs(5);
 /// DELIV-2: acks every handle of a group at once (each waits for its confirmation) and
 /// releases the blob share of each confirmed ack (BLOB-6); returns how many were acked.
 pub(crate) async fn ack_all(held: &[Held], blob: Option<&BlobStore>) -> u64 {
-    futures::future::join_all(held.iter().map(|h| ack_one(h, blob))).await;
+    match held {
+        // A group of one (every single-parent node's) needs no join of futures.
+        [one] => ack_one(one, blob).await,
+        _ => {
+            futures::future::join_all(held.iter().map(|h| ack_one(h, blob))).await;
+        }
+    }
     u64::try_from(held.len()).unwrap_or(u64::MAX)
 }
 
