@@ -697,7 +697,7 @@ async fn deliv_3_terminator_subscription_has_its_own_queue() {
     let d = recv_one(&inbox, Duration::from_secs(5)).await;
     assert_eq!(d.kind, DeliveryKind::Terminator);
     assert_eq!(d.subscription, eos_sub);
-    assert_eq!(d.subject, "vf.flow-A.run-1.cam._eos");
+    assert_eq!(d.subject.as_str(), "vf.flow-A.run-1.cam._eos");
     assert!(d.handle.ack().await.is_confirmed());
     inbox.close().await;
 }

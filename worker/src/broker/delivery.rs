@@ -5,12 +5,12 @@
 //! handle is just (key, token); the held set decides whether it is still current, so clones
 //! of a handle, stale handles and settlements racing close are all safe.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::AckKind;
+use async_nats::{HeaderMap, HeaderValue};
 use bytes::Bytes;
 
 use super::held::{HeldSet, HoldKey};
@@ -203,11 +203,12 @@ pub struct Delivery {
     /// The subscription it arrived on (as returned by `Inbox::subscribe`).
     pub subscription: usize,
     /// The subject it was published on.
-    pub subject: String,
+    pub subject: async_nats::Subject,
     /// The raw payload (an envelope, or anything: the dead letter carries it verbatim).
     pub payload: Bytes,
-    /// Headers, first value per name (`Nats-Msg-Id`, `VF-Replay-Target`, `VF-Env`, …).
-    pub headers: BTreeMap<String, String>,
+    /// Headers as the client parsed them (`Nats-Msg-Id`, `VF-Replay-Target`, `VF-Env`, …);
+    /// read them with [`Delivery::header`].
+    pub headers: Option<HeaderMap>,
     /// The broker's stream sequence (DLQ message ids use it, DELIV-8).
     pub stream_seq: u64,
     /// The broker's delivery count of this message, 1 on first delivery (DELIV-6/7).
@@ -220,16 +221,24 @@ pub struct Delivery {
 
 impl Delivery {
     /// A header's value: exact name first, then case-insensitively.
+    /// The first value of the name. A message carries a handful of headers: a scan of the
+    /// client's map beats building one of our own per delivery.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .get(name)
-            .or_else(|| {
-                self.headers
-                    .iter()
-                    .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                    .map(|(_, v)| v)
+        let headers = self.headers.as_ref()?;
+        let named = |exact: bool| {
+            headers.iter().find(|(k, _)| {
+                let k: &str = k.as_ref();
+                if exact {
+                    k == name
+                } else {
+                    k.eq_ignore_ascii_case(name)
+                }
             })
-            .map(String::as_str)
+        };
+        named(true)
+            .or_else(|| named(false))
+            .and_then(|(_, values)| values.first())
+            .map(HeaderValue::as_str)
     }
 
     /// The payload size, what the byte budget counts.

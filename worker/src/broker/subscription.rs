@@ -547,19 +547,6 @@ fn hold(cx: &LoopContext, message: jetstream::Message) -> Option<Delivery> {
     };
     let message = message.message;
     let reply = message.reply?;
-    let headers = message
-        .headers
-        .as_ref()
-        .map(|h| {
-            h.iter()
-                .filter_map(|(name, values)| {
-                    values
-                        .first()
-                        .map(|v| (name.to_string(), v.as_str().to_owned()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
     let key = HoldKey {
         subscription: cx.index,
         stream_seq,
@@ -570,9 +557,9 @@ fn hold(cx: &LoopContext, message: jetstream::Message) -> Option<Delivery> {
         parent: cx.lane.parent,
         kind: cx.lane.kind,
         subscription: cx.index,
-        subject: message.subject.to_string(),
+        subject: message.subject,
         payload: message.payload,
-        headers,
+        headers: message.headers,
         stream_seq,
         num_delivered,
         superseded_older,

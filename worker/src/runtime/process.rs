@@ -205,7 +205,7 @@ impl Loop<'_> {
     /// already consumed) is settled at once.
     async fn submit(
         &mut self,
-        group: ReadyGroup<Held, Member>,
+        mut group: ReadyGroup<Held, Member>,
         sink: &mut Sink<'_>,
         ctx: &mut NodeContext,
         pipe: &mut VecDeque<Submitted>,
@@ -219,7 +219,7 @@ impl Loop<'_> {
             group.seq,
             MsgKind::Data,
         );
-        let (inputs, info) = node_inputs(cfg, &group.inputs);
+        let (inputs, info) = node_inputs(cfg, std::mem::take(&mut group.inputs));
         ctx.begin_group(Some(input_key.clone()), info);
         let settling = Settling {
             trace_id: group.trace_id,
@@ -333,7 +333,7 @@ impl Loop<'_> {
     /// goes on. An error runs the ladder (DELIV-6) and the breaker (ERR-5a).
     async fn group(
         &mut self,
-        group: ReadyGroup<Held, Member>,
+        mut group: ReadyGroup<Held, Member>,
         sink: &mut Sink<'_>,
         ctx: &mut NodeContext,
         last_end: &mut Instant,
@@ -347,7 +347,7 @@ impl Loop<'_> {
             group.seq,
             MsgKind::Data,
         );
-        let (inputs, info) = node_inputs(cfg, &group.inputs);
+        let (inputs, info) = node_inputs(cfg, std::mem::take(&mut group.inputs));
         ctx.begin_group(Some(input_key.clone()), info);
         let outcome = self
             .call(&group, inputs, sink, ctx, &input_key, last_end)
@@ -597,38 +597,35 @@ fn blocking<T>(may_block: bool, f: impl FnOnce() -> T) -> T {
 }
 
 /// The node's view of a group: one input per parent (ENV-3) and the context's `input_info`.
+/// Takes the group's inputs: each payload and its metadata move to the node, uncopied.
 fn node_inputs(
     cfg: &WorkerConfig,
-    inputs: &[GroupInput<Member>],
+    inputs: Vec<GroupInput<Member>>,
 ) -> (Vec<Input>, Vec<(String, Option<InputInfo>)>) {
-    let info_of = |e: &crate::join::Entry<Member>| EnvelopeInfo {
-        event_ts: e.event_ts,
-        metadata: e.payload.metadata.clone(),
-        trace_id: e.trace_id.clone(),
-        seq: e.seq,
-        replica_id: e.payload.replica_id,
+    let split = |e: crate::join::Entry<Member>| {
+        let info = EnvelopeInfo {
+            event_ts: e.event_ts,
+            metadata: e.payload.metadata,
+            trace_id: e.trace_id,
+            seq: e.seq,
+            replica_id: e.payload.replica_id,
+        };
+        (e.payload.payload, info)
     };
     let mut node_inputs = Vec::with_capacity(inputs.len());
     let mut info = Vec::with_capacity(inputs.len());
     for (parent, input) in cfg.parent_names.iter().zip(inputs) {
         match input {
             GroupInput::Entry(e) => {
-                node_inputs.push(Input::Present(e.payload.payload.clone()));
-                info.push((parent.clone(), Some(InputInfo::Single(info_of(e)))));
+                let (payload, one) = split(e);
+                node_inputs.push(Input::Present(payload));
+                info.push((parent.clone(), Some(InputInfo::Single(one))));
             }
             GroupInput::Window(w) => {
-                node_inputs.push(Input::Collected(
-                    w.entries
-                        .iter()
-                        .map(|e| e.payload.payload.clone())
-                        .collect::<Vec<Payload>>(),
-                ));
-                info.push((
-                    parent.clone(),
-                    Some(InputInfo::Collected(
-                        w.entries.iter().map(info_of).collect(),
-                    )),
-                ));
+                let (payloads, infos): (Vec<Payload>, Vec<EnvelopeInfo>) =
+                    w.entries.into_iter().map(split).unzip();
+                node_inputs.push(Input::Collected(payloads));
+                info.push((parent.clone(), Some(InputInfo::Collected(infos))));
             }
             GroupInput::Missing => {
                 node_inputs.push(Input::Missing);
