@@ -864,12 +864,33 @@ fn light_nodes_are_the_ones_that_never_block() {
         ("VF_NODE_CLASS", "videoflow.rs.consumers.JsonlSink"),
         ("VF_NODE_PARAMS_JSON", r#"{"path": "out.jsonl"}"#),
     ])));
-    // Producers never are (their `next` may wait for input).
-    assert!(!light(&node(&[
-        ("VF_NODE_KIND", "producer"),
-        ("VF_PARENT_NAMES", ""),
-        ("VF_NODE_CLASS", "videoflow.producers.IntProducer"),
-    ])));
+    // A source that computes its items is, unpaced; paced, or reading its input, it is not.
+    let source = |class, params| {
+        light(&node(&[
+            ("VF_NODE_KIND", "producer"),
+            ("VF_PARENT_NAMES", ""),
+            ("VF_NODE_CLASS", class),
+            ("VF_NODE_PARAMS_JSON", params),
+        ]))
+    };
+    assert!(source("videoflow.producers.IntProducer", "{}"));
+    assert!(!source(
+        "videoflow.producers.IntProducer",
+        r#"{"wait_time_in_seconds": 0.1}"#
+    ));
+    assert!(source(
+        "videoflow.rs.producers.SyntheticFrameProducer",
+        r#"{"count": 3}"#
+    ));
+    assert!(!source(
+        "videoflow.rs.producers.SyntheticFrameProducer",
+        r#"{"count": 3, "fps": 30}"#
+    ));
+    assert!(!source(
+        "videoflow.producers.VideoFileReader",
+        r#"{"video_file": "in.mp4"}"#
+    ));
+    assert!(!source("videoflow.rs.producers.TickProducer", "{}"));
     // A component, a fault schedule, an unknown class, a broken environment: not light.
     assert!(!light(&node(&[
         identity,

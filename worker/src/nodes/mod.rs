@@ -77,6 +77,13 @@ pub trait Producer: Send {
     /// `Payload::Value(Value::Null)` to publish Python's `None`.
     fn next(&mut self, ctx: &mut NodeContext) -> Result<Option<Payload>, VfError>;
 
+    /// Whether `next` may block its thread (read a file or a socket, sleep to pace); see
+    /// [`Processor::may_block`]. A source that computes its items and returns in
+    /// microseconds says `false`. Default: `true`.
+    fn may_block(&self) -> bool {
+        true
+    }
+
     /// Whether the source has a stable position of its own, item `n` being the same item in
     /// any process, so it can resume with `seek` (MSGID-6); default: a live source. A node
     /// declared replayable (`VF_REPLAYABLE=1`) whose class says false is refused at start.

@@ -63,6 +63,11 @@ impl Producer for IntProducer {
         Ok(Some(Payload::Value(Value::Int(value))))
     }
 
+    /// Only its wait blocks.
+    fn may_block(&self) -> bool {
+        !self.wait.is_zero()
+    }
+
     /// Item `n` (1-based) is `start_value + n - 1`, so a source is its own position.
     fn replayable(&self) -> bool {
         true
@@ -158,6 +163,11 @@ impl Producer for SyntheticFrameProducer {
     }
 
     /// Item `n` (1-based) is frame `n - 1`.
+    /// Only its pacing (`fps`) blocks.
+    fn may_block(&self) -> bool {
+        self.period.is_some()
+    }
+
     fn replayable(&self) -> bool {
         true
     }

@@ -31,9 +31,9 @@ mod window;
 
 pub use signals::Signals;
 
-/// Whether the node the environment describes is light: a built-in processor or consumer
-/// whose calls never block (`may_block() == false`: the identity without `fps`, the void
-/// sink), with no component and no fault schedule. Such a node runs on a current-thread
+/// Whether the node the environment describes is light: a built-in node whose calls never
+/// block (`may_block() == false`: the identity without `fps`, the void sink, an unpaced
+/// `IntProducer` or `SyntheticFrameProducer`), with no component and no fault schedule. Such a node runs on a current-thread
 /// runtime: its loop and its I/O (the connection, receipts, acks, health) share one thread,
 /// so a message crosses no thread on its way through the worker — about a fifth of the
 /// identity hop's CPU (docs/PERFORMANCE.md). A node that may block keeps the multi-threaded
@@ -49,20 +49,30 @@ pub fn light(env: &Environment) -> bool {
     let Ok(cfg) = WorkerConfig::from_environment(env) else {
         return false;
     };
-    // A producer's `next` may wait for its input: never light, and not worth building here.
-    let Some(class) = cfg
-        .node_class
-        .as_deref()
-        .filter(|_| cfg.kind != NodeKind::Producer)
-    else {
+    let Some(class) = cfg.node_class.as_deref() else {
         return false;
     };
+    // Building a source may open its input: only those that compute their items are
+    // built here (the others are not light).
+    if cfg.kind == NodeKind::Producer
+        && !canonical_class(class).is_some_and(|c| COMPUTED_SOURCES.contains(&c))
+    {
+        return false;
+    }
     match build_node(class, cfg.kind, &cfg.node_params) {
         Ok(BuiltNode::Processor(node)) => !node.may_block(),
         Ok(BuiltNode::Consumer { node, .. }) => !node.may_block(),
-        Ok(BuiltNode::Producer(_)) | Err(_) => false,
+        Ok(BuiltNode::Producer(node)) => !node.may_block(),
+        Err(_) => false,
     }
 }
+
+/// Built-in sources that compute their items (no file, socket or device) and so can be built
+/// twice without effect: the ones [`light`] considers, when unpaced.
+const COMPUTED_SOURCES: [&str; 2] = [
+    "videoflow.producers.basic.IntProducer",
+    "videoflow.rs.producers.SyntheticFrameProducer",
+];
 
 use std::sync::Arc;
 
@@ -79,6 +89,7 @@ use crate::delivery::Breaker;
 use crate::emit::Emitter;
 use crate::idempotency::IdempotencyStore;
 use crate::join::{JoinAssembler, SystemClock};
+use crate::nodes::registry::canonical_class;
 use crate::nodes::{BuiltNode, NodeContext, build_node};
 use crate::store::RunLedger;
 use output::Output;
