@@ -57,11 +57,6 @@ impl Emitter {
         }
     }
 
-    /// The node this replica runs.
-    pub fn node(&self) -> &str {
-        &self.node
-    }
-
     /// The data subject this replica publishes on (NAME-2).
     pub fn data_subject(&self) -> &str {
         &self.data_subject

@@ -220,9 +220,9 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    /// A header's value: exact name first, then case-insensitively.
-    /// The first value of the name. A message carries a handful of headers: a scan of the
-    /// client's map beats building one of our own per delivery.
+    /// A header's first value: exact name first, then case-insensitively. A message carries a
+    /// handful of headers: a scan of the client's map beats building one of our own per
+    /// delivery.
     pub fn header(&self, name: &str) -> Option<&str> {
         let headers = self.headers.as_ref()?;
         let named = |exact: bool| {

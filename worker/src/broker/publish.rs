@@ -326,6 +326,16 @@ impl InFlight {
         &self.publication.msg_id
     }
 
+    /// The publisher it goes through (its node names a failure).
+    pub fn publisher(&self) -> &Publisher {
+        &self.publisher
+    }
+
+    /// The rules it finishes under.
+    pub fn mode(&self) -> PublishMode {
+        self.mode
+    }
+
     /// The payload's length in bytes (kept for a resend until the receipt).
     pub fn payload_len(&self) -> usize {
         self.publication.payload.len()
@@ -375,6 +385,11 @@ impl Publisher {
                 node: node.into(),
             }),
         }
+    }
+
+    /// The node it publishes for.
+    pub fn node(&self) -> &str {
+        &self.inner.node
     }
 
     /// Publishes under `mode`'s rules. `stop` is the termination flag: a BATCH/ABORT

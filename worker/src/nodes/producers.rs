@@ -162,12 +162,12 @@ impl Producer for SyntheticFrameProducer {
         Ok(Some(Payload::Tensor(frame)))
     }
 
-    /// Item `n` (1-based) is frame `n - 1`.
     /// Only its pacing (`fps`) blocks.
     fn may_block(&self) -> bool {
         self.period.is_some()
     }
 
+    /// Item `n` (1-based) is frame `n - 1`.
     fn replayable(&self) -> bool {
         true
     }

@@ -33,10 +33,10 @@ pub use signals::Signals;
 
 /// Whether the node the environment describes is light: a built-in node whose calls never
 /// block (`may_block() == false`: the identity without `fps`, the void sink, an unpaced
-/// `IntProducer` or `SyntheticFrameProducer`), with no component and no fault schedule. Such a node runs on a current-thread
-/// runtime: its loop and its I/O (the connection, receipts, acks, health) share one thread,
-/// so a message crosses no thread on its way through the worker — about a fifth of the
-/// identity hop's CPU (docs/PERFORMANCE.md). A node that may block keeps the multi-threaded
+/// `IntProducer` or `SyntheticFrameProducer`), with no component and no fault schedule.
+/// Such a node runs on a current-thread runtime: its loop and its I/O (the connection,
+/// receipts, acks, health) share one thread, so a message crosses no thread on its way
+/// through the worker — about a fifth of the identity hop's CPU (docs/PERFORMANCE.md). A node that may block keeps the multi-threaded
 /// runtime, where `block_in_place` hands the I/O to another worker while it runs. Anything
 /// that does not parse or build is not light; the node's own startup reports it.
 pub fn light(env: &Environment) -> bool {

@@ -1,8 +1,6 @@
 //! Publishing this node's output: encode once, offload above the inline limit, publish under
 //! the content-derived id, count what was stored (WIRE-4, BLOB-1/2, MSGID-1, DELIV-4/5, EOS-7).
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use videoflow_core::envelope::{self, Envelope, Payload, WireError};
 use videoflow_core::errors::VfError;
@@ -20,8 +18,6 @@ use videoflow_core::value::Value;
 pub(crate) struct Output {
     pub(crate) emitter: Emitter,
     publisher: Publisher,
-    /// The node's name, shared by every [`Pending`] (for a lost receipt's message).
-    node: Arc<str>,
     mode: PublishMode,
     blob: Option<BlobStore>,
     threshold: usize,
@@ -43,7 +39,6 @@ impl Output {
         stop: StopFlag,
     ) -> Self {
         Output {
-            node: Arc::from(emitter.node()),
             emitter,
             publisher,
             mode,
@@ -169,8 +164,6 @@ impl Output {
         let in_flight = self.publisher.start(publication, mode, &self.stop).await;
         Ok(Pending {
             in_flight,
-            node: self.node.clone(),
-            mode,
             ledger: None,
             digest: digest.unwrap_or_default(),
         })
@@ -181,8 +174,6 @@ impl Output {
 /// can confirm it on another task while it goes on with the next input.
 pub(crate) struct Pending {
     in_flight: InFlight,
-    node: Arc<str>,
-    mode: PublishMode,
     /// Set for a DATA publication under a durable shared ledger: its outbox record.
     ledger: Option<RunLedger>,
     /// First 16 hex of the envelope's SHA-256 (the outbox `digest`), under a ledger.
@@ -202,12 +193,12 @@ impl Pending {
     pub(crate) async fn confirm(self) -> Result<PublishOutcome, VfError> {
         let Pending {
             in_flight,
-            node,
-            mode,
             ledger,
             digest,
         } = self;
         let msg_id = in_flight.msg_id().to_owned();
+        // Kept for a receipt the fault schedule drops: one counter, the publisher is shared.
+        let (publisher, mode) = (in_flight.publisher().clone(), in_flight.mode());
         let id = || msg_id.clone();
         let outcome = in_flight.confirm().await?;
         // As 1.0.4: `send.after` once the send completed, i.e. its receipt is in hand.
@@ -216,7 +207,7 @@ impl Pending {
             .await?
             .drop_response
         {
-            return faults::receipt_lost(&node, &msg_id, mode);
+            return faults::receipt_lost(publisher.node(), &msg_id, mode);
         }
         faults::barrier(Barrier::PublishReceiptAfter, id).await?;
         if let (
