@@ -706,12 +706,16 @@ pub fn installed() -> Option<&'static FaultSchedule> {
 /// The runtime's hook: one atomic load when nothing is installed, else
 /// [`FaultSchedule::hit`]. `context` is only evaluated for a fired hit's log line.
 ///
+/// The hit is boxed: every future that awaits a barrier would otherwise carry a hit's state
+/// (pauses, waits) inline and copy it on every move — one task spawned per message moves
+/// its future several times — though production runs never install a schedule.
+///
 /// # Errors
 /// `raise`: the scheduled error; `pause` never released: an untyped error.
 pub async fn barrier(barrier: Barrier, context: impl FnOnce() -> String) -> Result<Hit, VfError> {
     match SCHEDULE.get() {
         None => Ok(Hit::default()),
-        Some(s) => s.hit(barrier, context).await,
+        Some(s) => Box::pin(s.hit(barrier, context)).await,
     }
 }
 

@@ -6,6 +6,7 @@
 //! of a handle, stale handles and settlements racing close are all safe.
 
 use std::fmt;
+use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,7 +93,14 @@ impl DeliveryHandle {
             return Settlement::NotHeld;
         };
         self.with_faults("ack", async {
-            let request = self.core.client.request(reply, AckKind::Ack.into());
+            // Boxed: the client's request future is large, and the settlement task that
+            // awaits this ack is spawned (moved) once per message.
+            let request = Box::pin(
+                self.core
+                    .client
+                    .request(reply, AckKind::Ack.into())
+                    .into_future(),
+            );
             match tokio::time::timeout(self.core.ack_confirm, request).await {
                 Ok(Ok(_)) => Settlement::Confirmed,
                 Ok(Err(e)) => Settlement::Unconfirmed {

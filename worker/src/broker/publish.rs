@@ -465,7 +465,7 @@ impl Publisher {
         for _ in 0..2 {
             let result = match first.take() {
                 Some(sent) => sent.receipt(publication, ATTEMPT_TIMEOUT).await,
-                None => attempt(&self.inner.broker, publication, ATTEMPT_TIMEOUT).await,
+                None => Box::pin(attempt(&self.inner.broker, publication, ATTEMPT_TIMEOUT)).await,
             };
             match result {
                 Attempt::Stored {
@@ -501,7 +501,7 @@ impl Publisher {
             attempts += 1;
             let result = match first.take() {
                 Some(sent) => sent.receipt(publication, bound).await,
-                None => attempt(&self.inner.broker, publication, bound).await,
+                None => Box::pin(attempt(&self.inner.broker, publication, bound)).await,
             };
             let failure = match result {
                 Attempt::Stored {

@@ -223,9 +223,7 @@ impl Pending {
             } else {
                 Accepted::New
             };
-            ledger
-                .record_published(&msg_id, &digest, accepted, *stream_seq)
-                .await?;
+            Box::pin(ledger.record_published(&msg_id, &digest, accepted, *stream_seq)).await?;
         }
         Ok(outcome)
     }

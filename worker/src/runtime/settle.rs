@@ -28,7 +28,10 @@ pub(crate) async fn ack_all(held: &[Held], blob: Option<&BlobStore>) -> u64 {
         // A group of one (every single-parent node's) needs no join of futures.
         [one] => ack_one(one, blob).await,
         _ => {
-            futures::future::join_all(held.iter().map(|h| ack_one(h, blob))).await;
+            Box::pin(futures::future::join_all(
+                held.iter().map(|h| ack_one(h, blob)),
+            ))
+            .await;
         }
     }
     u64::try_from(held.len()).unwrap_or(u64::MAX)
@@ -38,7 +41,7 @@ pub(crate) async fn ack_all(held: &[Held], blob: Option<&BlobStore>) -> u64 {
 async fn ack_one(h: &Held, blob: Option<&BlobStore>) {
     let confirmed = h.handle.ack().await.is_confirmed();
     if confirmed && let (Some(store), Some(r)) = (blob, &h.blob_ref) {
-        store.release(r).await;
+        Box::pin(store.release(r)).await;
     }
 }
 
