@@ -529,8 +529,11 @@ fn flow_yaml(kind: &str, store: bool, nodes: &[String]) -> String {
 
 const KIB: usize = 1024;
 
-async fn ceiling_once(url: &str, n: usize) -> R<Json> {
-    let client = async_nats::connect(url).await.map_err(|e| e.to_string())?;
+async fn ceiling_once(nats: &NatsServer, tck: f64, n: usize) -> R<Json> {
+    let broker_pid = nats.pid();
+    let client = async_nats::connect(nats.url())
+        .await
+        .map_err(|e| e.to_string())?;
     let js = jetstream::new(client.clone());
     let mk = |name: &str, subject: &str| stream::Config {
         name: name.to_owned(),
@@ -606,6 +609,8 @@ async fn ceiling_once(url: &str, n: usize) -> R<Json> {
         .create_consumer(consumer_cfg("hop"))
         .await
         .map_err(|e| e.to_string())?;
+    let broker_before = cpu_ticks(broker_pid);
+    let msgs_before = broker_msgs(nats);
     let t = Instant::now();
     let mut got = 0;
     let mut inflight = std::collections::VecDeque::new();
@@ -639,6 +644,12 @@ async fn ceiling_once(url: &str, n: usize) -> R<Json> {
         m.ack().await.map_err(|e| e.to_string())?;
     }
     let ideal_hop = n as f64 / t.elapsed().as_secs_f64();
+    // The broker's CPU per message of this hop: what a worker's hop costs the broker beyond
+    // it (acks confirmed, two headers, pull requests) shows against this.
+    let ideal_broker_us = broker_before
+        .zip(cpu_ticks(broker_pid))
+        .map(|(a, z)| (z - a) as f64 * 1e6 / tck / n as f64);
+    let ideal_msgs = msgs_per(msgs_before, broker_msgs(nats), n as u64);
 
     // (d) the same hop in the worker's current shape, for diagnosis: one fetch per message,
     // publish and wait for its pub-ack, then an ack confirmed by the server, all serial.
@@ -719,17 +730,19 @@ async fn ceiling_once(url: &str, n: usize) -> R<Json> {
         "publish_msgs_s": publish,
         "fetch_ack_msgs_s": fetch_ack,
         "ideal_hop_msgs_s": ideal_hop,
+        "ideal_hop_broker_cpu_us_per_msg": ideal_broker_us,
+        "ideal_hop_broker_msgs_per_msg": ideal_msgs,
         "credit_hop_msgs_s": credit_hop,
         "serial_hop_msgs_s": serial_hop,
     }))
 }
 
-fn ceiling(rt: &tokio::runtime::Runtime, o: &Opts) -> R<Json> {
+fn ceiling(rt: &tokio::runtime::Runtime, o: &Opts, tck: f64) -> R<Json> {
     let n = o.pick(20_000, 5_000);
     let mut runs = Vec::new();
     for rep in 0..o.reps {
         let nats = NatsServer::start().map_err(|e| e.to_string())?;
-        let r = rt.block_on(ceiling_once(&nats.url(), n))?;
+        let r = rt.block_on(ceiling_once(&nats, tck, n))?;
         log(format!("ceiling rep {rep}: {r}"));
         runs.push(r);
     }
@@ -739,6 +752,7 @@ fn ceiling(rt: &tokio::runtime::Runtime, o: &Opts) -> R<Json> {
         "publish_msgs_s": spread(&col("publish_msgs_s")),
         "fetch_ack_msgs_s": spread(&col("fetch_ack_msgs_s")),
         "ideal_hop_msgs_s": spread(&col("ideal_hop_msgs_s")),
+        "ideal_hop_broker_cpu_us_per_msg": spread(&col("ideal_hop_broker_cpu_us_per_msg")),
         "credit_hop_msgs_s": spread(&col("credit_hop_msgs_s")),
         "credit_hop_max_ack_pending": 5,
         "serial_hop_msgs_s": spread(&col("serial_hop_msgs_s")),
@@ -978,6 +992,97 @@ fn versus_reference(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f6
     Ok(Json::Object(out))
 }
 
+/// Documents one writer puts in [`layout_rate`].
+const LAYOUT_DOCS: usize = 2_000;
+/// Documents a writer makes durable together: more than any in-flight window of ours.
+const LAYOUT_BATCH: usize = 256;
+/// Threads that sync one batch's documents in parallel.
+const LAYOUT_SYNC_THREADS: usize = 16;
+
+/// What STORE-4's layout alone gets from the ledger's filesystem in its present state, with
+/// no broker and no worker: two writers (the hop's producer and identity each record one
+/// `outbox/<id>` document per message) in one new directory, each document as STORE-4
+/// prescribes — its `.json.lock` created and locked, its `.json.tmp` written, synced, renamed
+/// over `.json` — committed in batches of [`LAYOUT_BATCH`] (syncs in parallel, then the
+/// renames, then one directory sync), the cheapest compliant order. Returns the slower
+/// writer's documents per second. Not a strict bound on a hop measured after it: on ext4
+/// without a journal (this machine's `/tmp`) a new inode costs most right after many were
+/// deleted (the allocator skips recently deleted ones), and a new directory may land in a
+/// block group in another state — the rate swings several-fold between repetitions.
+fn layout_rate() -> R<f64> {
+    let dir = std::env::temp_dir().join(format!("vf-layout-{}-{}", std::process::id(), rand_tag()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let rates: Vec<R<f64>> = std::thread::scope(|s| {
+        let writers: Vec<_> = ["src", "same"]
+            .iter()
+            .map(|w| {
+                let dir = &dir;
+                s.spawn(move || layout_writer(dir, w))
+            })
+            .collect();
+        writers
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("layout writer panicked".into()))
+            })
+            .collect()
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    rates
+        .into_iter()
+        .try_fold(f64::INFINITY, |min, r| r.map(|r| min.min(r)))
+}
+
+/// A tag that keeps two ceilings of one process apart.
+fn rand_tag() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// One writer of [`layout_rate`]: [`LAYOUT_DOCS`] documents named as 1.0.4 names a
+/// node's outbox records, with a value the size of one (hex JSON, ~300 bytes).
+fn layout_writer(dir: &Path, writer: &str) -> R<f64> {
+    let io = |e: std::io::Error| e.to_string();
+    let value = format!("{{\"value\":\"{}\",\"version\":1}}", "7b".repeat(140));
+    let t = Instant::now();
+    for start in (0..LAYOUT_DOCS).step_by(LAYOUT_BATCH) {
+        let mut batch = Vec::with_capacity(LAYOUT_BATCH);
+        for k in start..(start + LAYOUT_BATCH).min(LAYOUT_DOCS) {
+            let stem = format!("vf%2Fbench%2Frun%2F{writer}%2Foutbox%2F{k:016x}");
+            let lock = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(dir.join(format!("{stem}.json.lock")))
+                .map_err(io)?;
+            lock.lock().map_err(io)?;
+            let tmp = dir.join(format!("{stem}.json.tmp"));
+            let mut f = File::create(&tmp).map_err(io)?;
+            std::io::Write::write_all(&mut f, value.as_bytes()).map_err(io)?;
+            batch.push((lock, f, tmp, dir.join(format!("{stem}.json"))));
+        }
+        let per = batch.len().div_ceil(LAYOUT_SYNC_THREADS);
+        std::thread::scope(|s| {
+            let syncs: Vec<_> = batch
+                .chunks(per)
+                .map(|part| s.spawn(move || part.iter().try_for_each(|(_, f, _, _)| f.sync_data())))
+                .collect();
+            syncs.into_iter().try_for_each(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("sync panicked")))
+            })
+        })
+        .map_err(io)?;
+        for (_lock, _f, tmp, path) in &batch {
+            std::fs::rename(tmp, path).map_err(io)?;
+        }
+        File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+    }
+    Ok(LAYOUT_DOCS as f64 / t.elapsed().as_secs_f64())
+}
+
 /// `ledger`: see [`identity_once`]; fewer messages, the ledger's fsyncs set the pace.
 fn identity(
     rt: &tokio::runtime::Runtime,
@@ -993,17 +1098,24 @@ fn identity(
     };
     let mut runs = Vec::new();
     for rep in 0..o.reps {
-        let r = identity_once(rt, redis, n, tck, ledger, None, Side::Ours)?;
+        // With the ledger, STORE-4's own rate on this filesystem just before the hop, so both
+        // see about the same disk state (recent deletions slow ext4's inode allocator).
+        let layout = if ledger { Some(layout_rate()?) } else { None };
+        let mut r = identity_once(rt, redis, n, tck, ledger, None, Side::Ours)?;
         log(format!(
-            "identity{} rep {rep}: identity {:.0} msg/s, producer {:.0} msg/s, cpu µs/msg identity {:.0}, ok {}",
+            "identity{} rep {rep}: identity {:.0} msg/s, producer {:.0} msg/s, cpu µs/msg identity {:.0}, layout {:.0} docs/s, ok {}",
             if ledger { " (file ledger)" } else { "" },
             r["identity_msgs_s"].as_f64().unwrap_or(f64::NAN),
             r["producer_msgs_s"].as_f64().unwrap_or(f64::NAN),
             r["cpu_ms_per_1000"]["identity"]
                 .as_f64()
                 .unwrap_or(f64::NAN),
+            layout.unwrap_or(f64::NAN),
             r["ok"]
         ));
+        if let (Some(m), Some(c)) = (r.as_object_mut(), layout) {
+            m.insert("layout_docs_s".into(), json!(c));
+        }
         runs.push(r);
     }
     let col =
@@ -1017,8 +1129,146 @@ fn identity(
         "cpu_ms_per_1000_producer": spread(&col(&|r| r["cpu_ms_per_1000"]["producer"].as_f64())),
         "cpu_ms_per_1000_sink": spread(&col(&|r| r["cpu_ms_per_1000"]["sink"].as_f64())),
         "rss_steady_identity_kib": spread(&col(&|r| r["rss_max_kib"]["identity"].as_f64())),
+        "layout_docs_s": if ledger { spread(&col(&|r| r["layout_docs_s"].as_f64())) } else { Json::Null },
+        "identity_over_layout": if ledger {
+            spread(&col(&|r| Some(r["identity_msgs_s"].as_f64()? / r["layout_docs_s"].as_f64()?)))
+        } else {
+            Json::Null
+        },
+        "layout": {"docs_per_writer": LAYOUT_DOCS, "batch": LAYOUT_BATCH, "sync_threads": LAYOUT_SYNC_THREADS},
         "runs": runs,
     }))
+}
+
+/// The broker's `in_msgs` and `out_msgs` counters (`/varz`): protocol messages it received
+/// and sent, pull requests, acks and their confirmations included.
+fn broker_msgs(nats: &NatsServer) -> Option<(u64, u64)> {
+    let body = videoflow_testkit::cluster::http_get(&nats.monitoring_url(), "/varz");
+    let v: Json = serde_json::from_str(&body).ok()?;
+    Some((v["in_msgs"].as_u64()?, v["out_msgs"].as_u64()?))
+}
+
+/// Broker messages in and out per hop message between two [`broker_msgs`] readings.
+fn msgs_per(before: Option<(u64, u64)>, after: Option<(u64, u64)>, n: u64) -> Json {
+    match before.zip(after) {
+        Some(((i0, o0), (i1, o1))) => json!({
+            "in": (i1 - i0) as f64 / n as f64,
+            "out": (o1 - o0) as f64 / n as f64,
+        }),
+        None => Json::Null,
+    }
+}
+
+/// The identity hop under the ideal hop's conditions (`ceiling`'s (c)): its input stream already
+/// holds `n` messages and nothing else runs while it works — the producer has ended, the sink
+/// starts once the identity has published everything, and no watcher subscribes to either
+/// subject. The rate is the output stream's own: `n − 1` over the broker's timestamps of the
+/// first and the last message the identity published. `n` + the terminator must fit a BATCH
+/// stream's cap of 10 000 (STREAM-3, discard new), or the producer waits for room.
+fn backlog_once(
+    rt: &tokio::runtime::Runtime,
+    redis: &str,
+    n: u64,
+    tck: f64,
+    credit: Option<i64>,
+) -> R<Json> {
+    let mut yaml = flow_yaml(
+        "batch",
+        false,
+        &[
+            frames_node("src", 32, 32, 1, n, None),
+            identity_node("same", "src"),
+            void_node("sink", "same"),
+        ],
+    );
+    if let Some(m) = credit {
+        yaml = with_credit(&yaml, m);
+    }
+    let mut b = Bench::new(rt, redis, &yaml)?;
+    let t = Instant::now();
+    b.spawn("src", &[])?;
+    let produced = b.wait_for(Duration::from_secs(120), |p| p.node == "src");
+    log(format!(
+        "backlog: producer ended after {:.1} s",
+        t.elapsed().as_secs_f64()
+    ));
+    let broker_before = cpu_ticks(b.nats.pid());
+    let msgs_before = broker_msgs(&b.nats);
+    b.spawn("same", &[])?;
+    let client = b.client().clone();
+    let name = naming::stream_name(&b.flow.flow_id, &b.flow.run_id, "same");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let state = loop {
+        b.poll();
+        let info = rt.block_on(async {
+            let js = jetstream::new(client.clone());
+            let mut s = js.get_stream(&name).await.map_err(|e| e.to_string())?;
+            s.info()
+                .await
+                .map(|i| i.state.clone())
+                .map_err(|e| e.to_string())
+        })?;
+        if info.messages >= n || Instant::now() > deadline {
+            break info;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let broker_ms = broker_before
+        .zip(cpu_ticks(b.nats.pid()))
+        .map(|(a, z)| (z - a) as f64 * 1000.0 / tck);
+    let broker_msgs_per_msg = msgs_per(msgs_before, broker_msgs(&b.nats), n);
+    b.spawn("sink", &[])?;
+    let ok = produced && b.wait_all(Duration::from_secs(120));
+    let span = (state.last_timestamp.unix_timestamp_nanos()
+        - state.first_timestamp.unix_timestamp_nanos()) as f64
+        / 1e9;
+    let same = b.procs_of("same").next();
+    Ok(json!({
+        "ok": ok && b.all_ok() && state.messages == n,
+        "published_by_identity": state.messages,
+        "identity_msgs_s": if span > 0.0 { (state.messages.saturating_sub(1)) as f64 / span } else { f64::NAN },
+        "cpu_ms_per_1000_identity": same.map(|p| cpu_ms(p, tck) * 1000.0 / n as f64),
+        "cpu_ms_per_1000_broker": broker_ms.map(|ms| ms * 1000.0 / n as f64),
+        "broker_msgs_per_msg": broker_msgs_per_msg,
+        "exits": b.exits(),
+    }))
+}
+
+/// [`backlog_once`] per repetition, at the default credit and at the ideal hop's window (256).
+fn identity_backlog(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f64) -> R<Json> {
+    let n = o.pick(9_000, 3_000);
+    let credits: [Option<i64>; 2] = [None, Some(256)];
+    let mut runs: Vec<Vec<Json>> = vec![Vec::new(); credits.len()];
+    for rep in 0..o.reps {
+        for (i, credit) in credits.iter().enumerate() {
+            let r = backlog_once(rt, redis, n, tck, *credit)?;
+            log(format!(
+                "identity backlog credit {} rep {rep}: {:.0} msg/s, cpu µs/msg {:.1}, broker {:.1}, ok {}",
+                credit.map_or("default".to_owned(), |c| c.to_string()),
+                r["identity_msgs_s"].as_f64().unwrap_or(f64::NAN),
+                r["cpu_ms_per_1000_identity"].as_f64().unwrap_or(f64::NAN),
+                r["cpu_ms_per_1000_broker"].as_f64().unwrap_or(f64::NAN),
+                r["ok"]
+            ));
+            runs[i].push(r);
+        }
+    }
+    let rows: Vec<Json> = credits
+        .iter()
+        .zip(&runs)
+        .map(|(credit, rs)| {
+            let col = |k: &str| -> Vec<f64> { rs.iter().filter_map(|r| r[k].as_f64()).collect() };
+            json!({
+                "credit_messages": credit.unwrap_or(videoflow_core::model::DEFAULT_CREDIT_MESSAGES),
+                "ok": rs.iter().all(|r| r["ok"] == json!(true)),
+                "identity_msgs_s": spread(&col("identity_msgs_s")),
+                "cpu_ms_per_1000_identity": spread(&col("cpu_ms_per_1000_identity")),
+                "cpu_ms_per_1000_broker": spread(&col("cpu_ms_per_1000_broker")),
+                "runs": rs,
+            })
+        })
+        .collect();
+    Ok(json!({"n": n, "payload_bytes": KIB, "store": "memory", "credits": rows}))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1556,7 +1806,7 @@ fn main() {
     let mut results = serde_json::Map::new();
     type Scenario<'a> = (&'a str, Box<dyn Fn() -> R<Json> + 'a>);
     let scenarios: Vec<Scenario> = vec![
-        ("ceiling", Box::new(|| ceiling(&rt, &o))),
+        ("ceiling", Box::new(|| ceiling(&rt, &o, tck))),
         (
             "identity_hop",
             Box::new(|| identity(&rt, &redis_url, &o, tck, false)),
@@ -1564,6 +1814,10 @@ fn main() {
         (
             "identity_hop_ledger",
             Box::new(|| identity(&rt, &redis_url, &o, tck, true)),
+        ),
+        (
+            "identity_backlog",
+            Box::new(|| identity_backlog(&rt, &redis_url, &o, tck)),
         ),
         (
             "identity_credit",
