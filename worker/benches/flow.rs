@@ -1411,13 +1411,139 @@ fn latency_depth(
     }))
 }
 
+/// The raw client's per-hop latency at 50 msg/s: the floor a worker's hop is compared with.
+/// A chain of `depth` hops on streams configured as STREAM-3's BATCH streams (interest
+/// retention, 10 000 messages, discard new), each hop a durable pull consumer read by the
+/// client's own message stream on its own thread and connection (a worker is its own
+/// process), publishing each message on with a message id, waiting for the pub-ack, then
+/// acking the input with confirmation (DELIV-1) — a worker's obligations, nothing else.
+/// The producer stamps each 1 KiB payload with its send time; the end subscriber reads it.
+fn raw_latency_depth(depth: usize, count: u64) -> R<Json> {
+    let nats = NatsServer::start().map_err(|e| e.to_string())?;
+    let url = nats.url();
+    let base = Instant::now();
+    let one = |f: std::pin::Pin<Box<dyn std::future::Future<Output = R<()>> + Send>>| {
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?
+                .block_on(f)
+        })
+    };
+    // Streams and durables first, so every hop finds its input.
+    let setup = {
+        let url = url.clone();
+        one(Box::pin(async move {
+            let js = jetstream::new(async_nats::connect(url).await.map_err(|e| e.to_string())?);
+            for i in 0..=depth {
+                let s = js
+                    .create_stream(stream::Config {
+                        name: format!("LAT{i}"),
+                        subjects: vec![format!("lat.{i}")],
+                        retention: stream::RetentionPolicy::Interest,
+                        max_messages: 10_000,
+                        discard: stream::DiscardPolicy::New,
+                        duplicate_window: Duration::from_secs(120),
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                s.create_consumer(consumer::pull::Config {
+                    durable_name: Some(format!("hop{}", i + 1)),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    max_ack_pending: 64,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }))
+    };
+    setup.join().map_err(|_| "setup panicked".to_owned())??;
+    let lat = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    // Hops 1..=depth republish; "hop depth+1" is the end subscriber.
+    for i in 1..=depth + 1 {
+        let (url, lat) = (url.clone(), lat.clone());
+        threads.push(one(Box::pin(async move {
+            let client = async_nats::connect(url).await.map_err(|e| e.to_string())?;
+            let js = jetstream::new(client);
+            let c: consumer::PullConsumer = js
+                .get_stream(format!("LAT{}", i - 1))
+                .await
+                .map_err(|e| e.to_string())?
+                .get_consumer(&format!("hop{i}"))
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut msgs = c.messages().await.map_err(|e| e.to_string())?;
+            for k in 0..count {
+                let m = match msgs.next().await {
+                    Some(m) => m.map_err(|e| e.to_string())?,
+                    None => break,
+                };
+                if i <= depth {
+                    let mut h = async_nats::HeaderMap::new();
+                    h.insert("Nats-Msg-Id", format!("h{i}-{k}").as_str());
+                    js.publish_with_headers(format!("lat.{i}"), h, m.payload.clone())
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .await
+                        .map_err(|e| e.to_string())?;
+                } else {
+                    let mut sent = [0u8; 8];
+                    sent.copy_from_slice(&m.payload[..8]);
+                    let sent = Duration::from_nanos(u64::from_le_bytes(sent));
+                    let ms = (base.elapsed().saturating_sub(sent)).as_secs_f64() * 1000.0;
+                    lat.lock().map_err(|e| e.to_string())?.push(ms);
+                }
+                m.double_ack().await.map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        })));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let producer = one(Box::pin(async move {
+        let js = jetstream::new(async_nats::connect(url).await.map_err(|e| e.to_string())?);
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        for k in 0..count {
+            tick.tick().await;
+            let mut payload = vec![7u8; KIB];
+            let now = u64::try_from(base.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            payload[..8].copy_from_slice(&now.to_le_bytes());
+            let mut h = async_nats::HeaderMap::new();
+            h.insert("Nats-Msg-Id", format!("p-{k}").as_str());
+            js.publish_with_headers("lat.0", h, payload.into())
+                .await
+                .map_err(|e| e.to_string())?
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }));
+    producer
+        .join()
+        .map_err(|_| "producer panicked".to_owned())??;
+    for t in threads {
+        t.join().map_err(|_| "hop panicked".to_owned())??;
+    }
+    let lat = lat.lock().map_err(|e| e.to_string())?.clone();
+    // The first 10 % are warm-up, as for the worker's chains.
+    let lat: Vec<f64> = lat.iter().skip(lat.len() / 10).copied().collect();
+    Ok(json!({
+        "depth": depth, "count": count, "delivered": lat.len(),
+        "median_ms": quantile(&lat, 0.5), "p95_ms": quantile(&lat, 0.95),
+    }))
+}
+
 fn latency(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts) -> R<Json> {
     let count = o.pick(200, 60);
     let depths = [1usize, 2, 4, 8];
     let xs: Vec<f64> = depths.iter().map(|d| *d as f64).collect();
     let mut reps = Vec::new();
     for rep in 0..o.reps {
-        let mut rows = Vec::new();
+        let (mut rows, mut raw_rows) = (Vec::new(), Vec::new());
         for d in depths {
             let r = latency_depth(rt, redis, d, count, false)?;
             log(format!(
@@ -1428,13 +1554,28 @@ fn latency(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts) -> R<Json> {
                 r["ok"]
             ));
             rows.push(r);
+            let raw = raw_latency_depth(d, count)?;
+            log(format!(
+                "latency rep {rep} depth {d}, raw client: median {:.2} ms p95 {:.2} ms",
+                raw["median_ms"].as_f64().unwrap_or(f64::NAN),
+                raw["p95_ms"].as_f64().unwrap_or(f64::NAN),
+            ));
+            raw_rows.push(raw);
         }
         let column = |key: &str| -> Vec<f64> {
             rows.iter()
                 .map(|r| r[key].as_f64().unwrap_or(f64::NAN))
                 .collect()
         };
+        let raw_column = |key: &str| -> Vec<f64> {
+            raw_rows
+                .iter()
+                .map(|r| r[key].as_f64().unwrap_or(f64::NAN))
+                .collect()
+        };
         reps.push(json!({
+            "raw_marginal_median_ms_per_hop": slope(&xs, &raw_column("median_ms")),
+            "raw_depths": raw_rows,
             "marginal_median_ms_per_hop": slope(&xs, &column("median_ms")),
             "marginal_p95_ms_per_hop": slope(&xs, &column("p95_ms")),
             "marginal_drain_s_per_hop": slope(&xs, &column("drain_s")),
@@ -1454,6 +1595,7 @@ fn latency(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts) -> R<Json> {
         "marginal_p95_ms_per_hop": worst("marginal_p95_ms_per_hop"),
         "marginal_drain_s_per_hop": worst("marginal_drain_s_per_hop"),
         "marginal_median_ms_per_hop_reps": spread(&per_rep("marginal_median_ms_per_hop")),
+        "raw_marginal_median_ms_per_hop_reps": spread(&per_rep("raw_marginal_median_ms_per_hop")),
         "depths": reps.first().map_or(Json::Null, |r| r["depths"].clone()),
         "reps": reps,
     }))
