@@ -112,11 +112,12 @@ def main():
         ideal = ceil["ideal_hop_msgs_s"]
         for c in backlog["credits"]:
             ours = c["identity_msgs_s"]
-            # Worst case: our slowest repetition over the ideal hop's fastest.
-            worst = ours["min"] / ideal["max"]
+            # Each repetition over the ideal hop run just before it; judged on the worst.
+            per_rep = c.get("over_adjacent_ideal", {}).get("values") or [ours["min"] / ideal["max"]]
+            worst = min(per_rep)
             row(f"Identity hop under the ideal hop's conditions (input prefilled, alone), credit "
-                f"{c['credit_messages']}, n={backlog['n']} (msg/s; / ideal hop median, worst)",
-                f"{rng(ours)} ({ours['median'] / ideal['median']:.1%}, {worst:.1%})",
+                f"{c['credit_messages']}, n={backlog['n']} (msg/s; / the ideal hop run just before, each rep)",
+                f"{rng(ours)} ({' / '.join(f'{v:.1%}' for v in per_rep)})",
                 "≥ 50 %", worst >= 0.5)
             if c.get("cpu_ms_per_1000_broker", {}).get("values") and ceil.get("ideal_hop_broker_cpu_us_per_msg"):
                 row(f"Broker CPU per message, that hop at credit {c['credit_messages']} / the ideal hop (µs)",

@@ -1234,18 +1234,36 @@ fn backlog_once(
     }))
 }
 
-/// [`backlog_once`] per repetition, at the default credit and at the ideal hop's window (256).
+/// [`backlog_once`] per repetition, at the default credit and at the ideal hop's window (256),
+/// each repetition after a run of the ideal hop of its own.
 fn identity_backlog(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f64) -> R<Json> {
     let n = o.pick(9_000, 3_000);
     let credits: [Option<i64>; 2] = [None, Some(256)];
     let mut runs: Vec<Vec<Json>> = vec![Vec::new(); credits.len()];
+    let mut ideal = Vec::new();
     for rep in 0..o.reps {
+        // The ideal hop again, right before this repetition's runs, so each ratio compares
+        // runs seconds apart (the load of this shared VM moves both by a third in minutes).
+        let nats = NatsServer::start().map_err(|e| e.to_string())?;
+        let c = rt.block_on(ceiling_once(&nats, tck, o.pick(20_000, 5_000)))?;
+        drop(nats);
+        let adjacent = c["ideal_hop_msgs_s"].as_f64().unwrap_or(f64::NAN);
+        log(format!(
+            "identity backlog rep {rep}: adjacent ideal hop {adjacent:.0} msg/s"
+        ));
+        ideal.push(adjacent);
         for (i, credit) in credits.iter().enumerate() {
-            let r = backlog_once(rt, redis, n, tck, *credit)?;
+            let mut r = backlog_once(rt, redis, n, tck, *credit)?;
+            if let Some(m) = r.as_object_mut() {
+                let ours = m["identity_msgs_s"].as_f64().unwrap_or(f64::NAN);
+                m.insert("adjacent_ideal_hop_msgs_s".into(), json!(adjacent));
+                m.insert("over_adjacent_ideal".into(), json!(ours / adjacent));
+            }
             log(format!(
-                "identity backlog credit {} rep {rep}: {:.0} msg/s, cpu µs/msg {:.1}, broker {:.1}, ok {}",
+                "identity backlog credit {} rep {rep}: {:.0} msg/s ({:.1} % of the ideal hop), cpu µs/msg {:.1}, broker {:.1}, ok {}",
                 credit.map_or("default".to_owned(), |c| c.to_string()),
                 r["identity_msgs_s"].as_f64().unwrap_or(f64::NAN),
+                r["over_adjacent_ideal"].as_f64().unwrap_or(f64::NAN) * 100.0,
                 r["cpu_ms_per_1000_identity"].as_f64().unwrap_or(f64::NAN),
                 r["cpu_ms_per_1000_broker"].as_f64().unwrap_or(f64::NAN),
                 r["ok"]
@@ -1264,11 +1282,16 @@ fn identity_backlog(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f6
                 "identity_msgs_s": spread(&col("identity_msgs_s")),
                 "cpu_ms_per_1000_identity": spread(&col("cpu_ms_per_1000_identity")),
                 "cpu_ms_per_1000_broker": spread(&col("cpu_ms_per_1000_broker")),
+                "over_adjacent_ideal": spread(&col("over_adjacent_ideal")),
                 "runs": rs,
             })
         })
         .collect();
-    Ok(json!({"n": n, "payload_bytes": KIB, "store": "memory", "credits": rows}))
+    Ok(json!({
+        "n": n, "payload_bytes": KIB, "store": "memory",
+        "adjacent_ideal_hop_msgs_s": spread(&ideal),
+        "credits": rows,
+    }))
 }
 
 // ---------------------------------------------------------------------------------------------
