@@ -786,6 +786,7 @@ fn identity_once(
     ledger: bool,
     credit: Option<i64>,
     side: Side,
+    layout: bool,
 ) -> R<Json> {
     let reference = side == Side::Reference;
     // The reference's `videoflow.consumers` imports `requests`, which its venv does not
@@ -812,6 +813,12 @@ fn identity_once(
         yaml = with_credit(&yaml, m);
     }
     let mut b = Bench::new(rt, redis, &yaml)?;
+    // `layout`: STORE-4's own rate beside the ledger, before any worker starts.
+    let layout_docs_s = if layout {
+        Some(layout_rate(&b.dir.join("layout"))?)
+    } else {
+        None
+    };
     let w_src = Watch::start(rt, b.client(), b.data_subject("src"));
     let w_same = Watch::start(rt, b.client(), b.data_subject("same"));
     // The stages first, then the producer: a BATCH stream holds at most 10 000 messages
@@ -838,6 +845,7 @@ fn identity_once(
     let sink_rate = n as f64 / span(sink);
     Ok(json!({
         "ok": ok && b.all_ok(),
+        "layout_docs_s": layout_docs_s,
         "published_by_identity": w_same.count(),
         "producer_msgs_s": w_src.rate(),
         "identity_msgs_s": w_same.rate(),
@@ -887,7 +895,7 @@ fn credit_sweep(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f64) -
     let mut runs: Vec<Vec<Json>> = vec![Vec::new(); CREDITS.len()];
     for rep in 0..o.reps {
         for (i, credit) in CREDITS.iter().enumerate() {
-            let r = identity_once(rt, redis, n, tck, true, Some(*credit), Side::Ours)?;
+            let r = identity_once(rt, redis, n, tck, true, Some(*credit), Side::Ours, false)?;
             log(format!(
                 "credit {credit} rep {rep}: identity {:.0} msg/s, cpu µs/msg identity {:.0}, ok {}",
                 r["identity_msgs_s"].as_f64().unwrap_or(f64::NAN),
@@ -935,7 +943,7 @@ fn versus_reference(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f6
                 // end would weigh on the rate: it runs ten times as many (about as long as the
                 // reference's 2 000). Rates are compared, so the counts need not match.
                 let count = if ledger || reference { n } else { n * 10 };
-                let r = identity_once(rt, redis, count, tck, ledger, None, side)?;
+                let r = identity_once(rt, redis, count, tck, ledger, None, side, false)?;
                 log(format!(
                     "versus{} rep {rep} {}: identity {:.0} msg/s, cpu µs/msg identity {:.0}, ok {}",
                     if ledger {
@@ -1001,24 +1009,21 @@ const LAYOUT_SYNC_THREADS: usize = 16;
 
 /// What STORE-4's layout alone gets from the ledger's filesystem in its present state, with
 /// no broker and no worker: two writers (the hop's producer and identity each record one
-/// `outbox/<id>` document per message) in one new directory, each document as STORE-4
+/// `outbox/<id>` document per message) in `dir` — a sibling of the hop's ledger directory,
+/// left in place until the bench's directory goes, so no deletion of its own slows the hop
+/// that follows — each document as STORE-4
 /// prescribes — its `.json.lock` created and locked, its `.json.tmp` written, synced, renamed
 /// over `.json` — committed in batches of [`LAYOUT_BATCH`] (syncs in parallel, then the
 /// renames, then one directory sync), the cheapest compliant order. Returns the slower
-/// writer's documents per second. Not a strict bound on a hop measured after it: on ext4
-/// without a journal (this machine's `/tmp`) a new inode costs most right after many were
-/// deleted (the allocator skips recently deleted ones), and a new directory may land in a
-/// block group in another state — the rate swings several-fold between repetitions.
-fn layout_rate() -> R<f64> {
-    let dir = std::env::temp_dir().join(format!("vf-layout-{}-{}", std::process::id(), rand_tag()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+/// writer's documents per second. On ext4 without a journal (this machine's `/tmp`) a new
+/// inode costs most right after many were deleted (the allocator skips recently deleted
+/// ones), so the rate swings several-fold between repetitions.
+fn layout_rate(dir: &Path) -> R<f64> {
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let rates: Vec<R<f64>> = std::thread::scope(|s| {
         let writers: Vec<_> = ["src", "same"]
             .iter()
-            .map(|w| {
-                let dir = &dir;
-                s.spawn(move || layout_writer(dir, w))
-            })
+            .map(|w| s.spawn(move || layout_writer(dir, w)))
             .collect();
         writers
             .into_iter()
@@ -1028,17 +1033,9 @@ fn layout_rate() -> R<f64> {
             })
             .collect()
     });
-    let _ = std::fs::remove_dir_all(&dir);
     rates
         .into_iter()
         .try_fold(f64::INFINITY, |min, r| r.map(|r| min.min(r)))
-}
-
-/// A tag that keeps two ceilings of one process apart.
-fn rand_tag() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos())
 }
 
 /// One writer of [`layout_rate`]: [`LAYOUT_DOCS`] documents named as 1.0.4 names a
@@ -1098,24 +1095,22 @@ fn identity(
     };
     let mut runs = Vec::new();
     for rep in 0..o.reps {
-        // With the ledger, STORE-4's own rate on this filesystem just before the hop, so both
-        // see about the same disk state (recent deletions slow ext4's inode allocator).
-        let layout = if ledger { Some(layout_rate()?) } else { None };
-        let mut r = identity_once(rt, redis, n, tck, ledger, None, Side::Ours)?;
+        // With the ledger, STORE-4's own rate on this filesystem just before the hop, beside
+        // its ledger, so both see about the same disk state (recent deletions slow ext4's
+        // inode allocator).
+        let r = identity_once(rt, redis, n, tck, ledger, None, Side::Ours, ledger)?;
+        let layout = r["layout_docs_s"].as_f64();
         log(format!(
-            "identity{} rep {rep}: identity {:.0} msg/s, producer {:.0} msg/s, cpu µs/msg identity {:.0}, layout {:.0} docs/s, ok {}",
+            "identity{} rep {rep}: identity {:.0} msg/s, producer {:.0} msg/s, cpu µs/msg identity {:.0}{}, ok {}",
             if ledger { " (file ledger)" } else { "" },
             r["identity_msgs_s"].as_f64().unwrap_or(f64::NAN),
             r["producer_msgs_s"].as_f64().unwrap_or(f64::NAN),
             r["cpu_ms_per_1000"]["identity"]
                 .as_f64()
                 .unwrap_or(f64::NAN),
-            layout.unwrap_or(f64::NAN),
+            layout.map_or(String::new(), |d| format!(", STORE-4 alone {d:.0} docs/s")),
             r["ok"]
         ));
-        if let (Some(m), Some(c)) = (r.as_object_mut(), layout) {
-            m.insert("layout_docs_s".into(), json!(c));
-        }
         runs.push(r);
     }
     let col =
