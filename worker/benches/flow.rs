@@ -775,6 +775,26 @@ enum Side {
     Reference,
 }
 
+/// How one identity run goes, beyond its count and ledger.
+#[derive(Debug, Clone, Copy)]
+struct HopRun {
+    /// `credit.messages` on the identity and the sink (STREAM-15a); `None`: the default.
+    credit: Option<i64>,
+    side: Side,
+    /// Measure STORE-4's own rate beside the run's ledger first ([`layout_rate`]).
+    layout: bool,
+}
+
+impl HopRun {
+    fn ours() -> Self {
+        HopRun {
+            credit: None,
+            side: Side::Ours,
+            layout: false,
+        }
+    }
+}
+
 /// `ledger`: every stage on one shared `file://` run ledger (what `videoflow-worker run` gives
 /// every local run): per message a `received/…` append and, for the stages with children, an
 /// `outbox/…` record, each durable before its input is acked.
@@ -784,10 +804,13 @@ fn identity_once(
     n: u64,
     tck: f64,
     ledger: bool,
-    credit: Option<i64>,
-    side: Side,
-    layout: bool,
+    how: HopRun,
 ) -> R<Json> {
+    let HopRun {
+        credit,
+        side,
+        layout,
+    } = how;
     let reference = side == Side::Reference;
     // The reference's `videoflow.consumers` imports `requests`, which its venv does not
     // carry: a side-by-side run ends in the JSONL sink on both sides (its Python twin there).
@@ -895,7 +918,17 @@ fn credit_sweep(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f64) -
     let mut runs: Vec<Vec<Json>> = vec![Vec::new(); CREDITS.len()];
     for rep in 0..o.reps {
         for (i, credit) in CREDITS.iter().enumerate() {
-            let r = identity_once(rt, redis, n, tck, true, Some(*credit), Side::Ours, false)?;
+            let r = identity_once(
+                rt,
+                redis,
+                n,
+                tck,
+                true,
+                HopRun {
+                    credit: Some(*credit),
+                    ..HopRun::ours()
+                },
+            )?;
             log(format!(
                 "credit {credit} rep {rep}: identity {:.0} msg/s, cpu µs/msg identity {:.0}, ok {}",
                 r["identity_msgs_s"].as_f64().unwrap_or(f64::NAN),
@@ -943,7 +976,17 @@ fn versus_reference(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f6
                 // end would weigh on the rate: it runs ten times as many (about as long as the
                 // reference's 2 000). Rates are compared, so the counts need not match.
                 let count = if ledger || reference { n } else { n * 10 };
-                let r = identity_once(rt, redis, count, tck, ledger, None, side, false)?;
+                let r = identity_once(
+                    rt,
+                    redis,
+                    count,
+                    tck,
+                    ledger,
+                    HopRun {
+                        side,
+                        ..HopRun::ours()
+                    },
+                )?;
                 log(format!(
                     "versus{} rep {rep} {}: identity {:.0} msg/s, cpu µs/msg identity {:.0}, ok {}",
                     if ledger {
@@ -1098,7 +1141,17 @@ fn identity(
         // With the ledger, STORE-4's own rate on this filesystem just before the hop, beside
         // its ledger, so both see about the same disk state (recent deletions slow ext4's
         // inode allocator).
-        let r = identity_once(rt, redis, n, tck, ledger, None, Side::Ours, ledger)?;
+        let r = identity_once(
+            rt,
+            redis,
+            n,
+            tck,
+            ledger,
+            HopRun {
+                layout: ledger,
+                ..HopRun::ours()
+            },
+        )?;
         let layout = r["layout_docs_s"].as_f64();
         log(format!(
             "identity{} rep {rep}: identity {:.0} msg/s, producer {:.0} msg/s, cpu µs/msg identity {:.0}{}, ok {}",
