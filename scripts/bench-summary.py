@@ -108,12 +108,11 @@ def main():
         row("Identity hop / serial hop (old shape, raw client)", f"{serial:.1%}", "—", None)
         row("Producer alone (msg/s)", rng(ident["producer_msgs_s"]), "—", None)
     backlog = flow.get("identity_backlog", {})
-    if "credits" in backlog and "ideal_hop_msgs_s" in ceil:
-        ideal = ceil["ideal_hop_msgs_s"]
+    if "credits" in backlog:
         for c in backlog["credits"]:
             ours = c["identity_msgs_s"]
             # Each repetition over the ideal hop run just before it; judged on the worst.
-            per_rep = c.get("over_adjacent_ideal", {}).get("values") or [ours["min"] / ideal["max"]]
+            per_rep = c["over_adjacent_ideal"]["values"]
             worst = min(per_rep)
             row(f"Identity hop under the ideal hop's conditions (input prefilled, alone), credit "
                 f"{c['credit_messages']}, n={backlog['n']} (msg/s; / the ideal hop run just before, each rep)",

@@ -530,7 +530,6 @@ fn flow_yaml(kind: &str, store: bool, nodes: &[String]) -> String {
 const KIB: usize = 1024;
 
 async fn ceiling_once(nats: &NatsServer, tck: f64, n: usize) -> R<Json> {
-    let broker_pid = nats.pid();
     let client = async_nats::connect(nats.url())
         .await
         .map_err(|e| e.to_string())?;
@@ -609,7 +608,7 @@ async fn ceiling_once(nats: &NatsServer, tck: f64, n: usize) -> R<Json> {
         .create_consumer(consumer_cfg("hop"))
         .await
         .map_err(|e| e.to_string())?;
-    let broker_before = cpu_ticks(broker_pid);
+    let broker_before = cpu_ticks(nats.pid());
     let msgs_before = broker_msgs(nats);
     let t = Instant::now();
     let mut got = 0;
@@ -646,9 +645,7 @@ async fn ceiling_once(nats: &NatsServer, tck: f64, n: usize) -> R<Json> {
     let ideal_hop = n as f64 / t.elapsed().as_secs_f64();
     // The broker's CPU per message of this hop: what a worker's hop costs the broker beyond
     // it (acks confirmed, two headers, pull requests) shows against this.
-    let ideal_broker_us = broker_before
-        .zip(cpu_ticks(broker_pid))
-        .map(|(a, z)| (z - a) as f64 * 1e6 / tck / n as f64);
+    let ideal_broker_us = broker_cpu_us(nats, broker_before, tck, n as u64);
     let ideal_msgs = msgs_per(msgs_before, broker_msgs(nats), n as u64);
 
     // (d) the same hop in the worker's current shape, for diagnosis: one fetch per message,
@@ -753,6 +750,8 @@ fn ceiling(rt: &tokio::runtime::Runtime, o: &Opts, tck: f64) -> R<Json> {
         "fetch_ack_msgs_s": spread(&col("fetch_ack_msgs_s")),
         "ideal_hop_msgs_s": spread(&col("ideal_hop_msgs_s")),
         "ideal_hop_broker_cpu_us_per_msg": spread(&col("ideal_hop_broker_cpu_us_per_msg")),
+        "ideal_hop_broker_msgs_in_per_msg": spread(&runs.iter().filter_map(|r| r["ideal_hop_broker_msgs_per_msg"]["in"].as_f64()).collect::<Vec<_>>()),
+        "ideal_hop_broker_msgs_out_per_msg": spread(&runs.iter().filter_map(|r| r["ideal_hop_broker_msgs_per_msg"]["out"].as_f64()).collect::<Vec<_>>()),
         "credit_hop_msgs_s": spread(&col("credit_hop_msgs_s")),
         "credit_hop_max_ack_pending": 5,
         "serial_hop_msgs_s": spread(&col("serial_hop_msgs_s")),
@@ -1196,6 +1195,13 @@ fn broker_msgs(nats: &NatsServer) -> Option<(u64, u64)> {
     Some((v["in_msgs"].as_u64()?, v["out_msgs"].as_u64()?))
 }
 
+/// The broker's CPU-µs per hop message since `before` (its CPU ticks then).
+fn broker_cpu_us(nats: &NatsServer, before: Option<u64>, tck: f64, n: u64) -> Option<f64> {
+    before
+        .zip(cpu_ticks(nats.pid()))
+        .map(|(a, z)| z.saturating_sub(a) as f64 * 1e6 / tck / n as f64)
+}
+
 /// Broker messages in and out per hop message between two [`broker_msgs`] readings.
 fn msgs_per(before: Option<(u64, u64)>, after: Option<(u64, u64)>, n: u64) -> Json {
     match before.zip(after) {
@@ -1233,13 +1239,8 @@ fn backlog_once(
         yaml = with_credit(&yaml, m);
     }
     let mut b = Bench::new(rt, redis, &yaml)?;
-    let t = Instant::now();
     b.spawn("src", &[])?;
     let produced = b.wait_for(Duration::from_secs(120), |p| p.node == "src");
-    log(format!(
-        "backlog: producer ended after {:.1} s",
-        t.elapsed().as_secs_f64()
-    ));
     let broker_before = cpu_ticks(b.nats.pid());
     let msgs_before = broker_msgs(&b.nats);
     b.spawn("same", &[])?;
@@ -1261,9 +1262,7 @@ fn backlog_once(
         }
         std::thread::sleep(Duration::from_millis(10));
     };
-    let broker_ms = broker_before
-        .zip(cpu_ticks(b.nats.pid()))
-        .map(|(a, z)| (z - a) as f64 * 1000.0 / tck);
+    let broker_us = broker_cpu_us(&b.nats, broker_before, tck, n);
     let broker_msgs_per_msg = msgs_per(msgs_before, broker_msgs(&b.nats), n);
     b.spawn("sink", &[])?;
     let ok = produced && b.wait_all(Duration::from_secs(120));
@@ -1276,7 +1275,7 @@ fn backlog_once(
         "published_by_identity": state.messages,
         "identity_msgs_s": if span > 0.0 { (state.messages.saturating_sub(1)) as f64 / span } else { f64::NAN },
         "cpu_ms_per_1000_identity": same.map(|p| cpu_ms(p, tck) * 1000.0 / n as f64),
-        "cpu_ms_per_1000_broker": broker_ms.map(|ms| ms * 1000.0 / n as f64),
+        "cpu_ms_per_1000_broker": broker_us,
         "broker_msgs_per_msg": broker_msgs_per_msg,
         "exits": b.exits(),
     }))
@@ -1633,19 +1632,14 @@ fn latency(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts) -> R<Json> {
             ));
             raw_rows.push(raw);
         }
-        let column = |key: &str| -> Vec<f64> {
+        let of = |rows: &[Json], key: &str| -> Vec<f64> {
             rows.iter()
                 .map(|r| r[key].as_f64().unwrap_or(f64::NAN))
                 .collect()
         };
-        let raw_column = |key: &str| -> Vec<f64> {
-            raw_rows
-                .iter()
-                .map(|r| r[key].as_f64().unwrap_or(f64::NAN))
-                .collect()
-        };
+        let column = |key: &str| of(&rows, key);
         reps.push(json!({
-            "raw_marginal_median_ms_per_hop": slope(&xs, &raw_column("median_ms")),
+            "raw_marginal_median_ms_per_hop": slope(&xs, &of(&raw_rows, "median_ms")),
             "raw_depths": raw_rows,
             "marginal_median_ms_per_hop": slope(&xs, &column("median_ms")),
             "marginal_p95_ms_per_hop": slope(&xs, &column("p95_ms")),

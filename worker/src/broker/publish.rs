@@ -463,6 +463,8 @@ impl Publisher {
     ) -> PublishOutcome {
         let mut last = String::new();
         for _ in 0..2 {
+            // A fresh send is boxed: it is the rare path (a resend), and inline its state
+            // would grow every pipelined receipt's future, moved once per message.
             let result = match first.take() {
                 Some(sent) => sent.receipt(publication, ATTEMPT_TIMEOUT).await,
                 None => Box::pin(attempt(&self.inner.broker, publication, ATTEMPT_TIMEOUT)).await,
@@ -499,6 +501,7 @@ impl Publisher {
         loop {
             let bound = ATTEMPT_TIMEOUT.min(deadline.saturating_duration_since(Instant::now()));
             attempts += 1;
+            // Boxed for the same reason as in `publish_realtime`.
             let result = match first.take() {
                 Some(sent) => sent.receipt(publication, bound).await,
                 None => Box::pin(attempt(&self.inner.broker, publication, bound)).await,

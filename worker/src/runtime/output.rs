@@ -223,6 +223,7 @@ impl Pending {
             } else {
                 Accepted::New
             };
+            // Boxed: the store's future would otherwise sit inline in every settlement task.
             Box::pin(ledger.record_published(&msg_id, &digest, accepted, *stream_seq)).await?;
         }
         Ok(outcome)

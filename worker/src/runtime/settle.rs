@@ -27,6 +27,7 @@ pub(crate) async fn ack_all(held: &[Held], blob: Option<&BlobStore>) -> u64 {
     match held {
         // A group of one (every single-parent node's) needs no join of futures.
         [one] => ack_one(one, blob).await,
+        // Boxed here and below: rare paths kept out of the per-message settlement future.
         _ => {
             Box::pin(futures::future::join_all(
                 held.iter().map(|h| ack_one(h, blob)),
