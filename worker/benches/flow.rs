@@ -109,6 +109,9 @@ fn machine() -> Json {
         "nats_server": first_line(&nats_bin, &["--version"]),
         "redis_server": first_line(&redis_bin, &["--version"]),
         "rustc": first_line("rustc", &["--version"]),
+        // Where the brokers' stores and the run ledgers go, with its ext4 flags (`T`: new
+        // directories in it are spread over block groups; scripts/bench sets it).
+        "scratch": first_line("lsattr", &["-d", &std::env::temp_dir().display().to_string()]),
     })
 }
 
@@ -404,6 +407,29 @@ impl Drop for Bench {
                 let _ = p.child.wait();
             }
         }
+        keep_run_dir(&self.dir);
+    }
+}
+
+/// `VF_BENCH_KEEP_RUNS_IN=<dir>` (scripts/bench sets it): a finished run's directory — its
+/// run ledger's thousands of small files — is moved there instead of deleted with its broker,
+/// and scripts/bench deletes them all once the flow benchmarks are done. On ext4 without a
+/// journal a new inode steps over every inode deleted in its block group in the last minutes,
+/// so deleting one repetition's ledger slows the next one's (ours or the reference's) by
+/// whatever that run happened to delete: the measurement would then depend on its
+/// predecessor.
+fn keep_run_dir(dir: &Path) {
+    static KEPT: AtomicU64 = AtomicU64::new(0);
+    let Some(keep) = std::env::var_os("VF_BENCH_KEEP_RUNS_IN") else {
+        return;
+    };
+    let keep = PathBuf::from(keep);
+    let to = keep.join(format!("run-{}", KEPT.fetch_add(1, Ordering::Relaxed)));
+    if let Err(e) = std::fs::create_dir_all(&keep).and_then(|()| std::fs::rename(dir, &to)) {
+        log(format!(
+            "{} not kept ({e}): deleted with its broker",
+            dir.display()
+        ));
     }
 }
 
@@ -1131,7 +1157,10 @@ fn identity(
     ledger: bool,
 ) -> R<Json> {
     let n = if ledger {
-        o.pick(5_000, 1_000)
+        std::env::var("VF_BENCH_LEDGER_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(o.pick(5_000, 1_000))
     } else {
         o.pick(20_000, 3_000)
     };

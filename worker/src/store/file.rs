@@ -123,6 +123,12 @@ impl FileStore {
         self.committer.stats()
     }
 
+    /// Batches the writer thread made durable with one sync of the whole file system (a
+    /// batch of many files) instead of a sync per file.
+    pub fn filesystem_syncs(&self) -> u64 {
+        self.committer.filesystem_syncs()
+    }
+
     async fn blocking<T: Send + 'static>(
         &self,
         verb: &'static str,

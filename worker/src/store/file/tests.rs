@@ -112,6 +112,56 @@ async fn store_4_a_window_of_writes_shares_few_commits() {
     let _ = fs::remove_dir_all(dir);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_4_a_large_batch_is_synced_once_for_the_file_system_a_small_one_file_by_file() {
+    let dir = temp_dir();
+    let s = FileStore::new(&dir).expect("store");
+    assert!(s.cas("vf/alone", None, b"a").await.expect("cas"));
+    assert_eq!(
+        s.filesystem_syncs(),
+        0,
+        "a lone document syncs its own file"
+    );
+    let g = gate(&s);
+    let first = tokio::spawn({
+        let s = s.clone();
+        async move { s.cas("vf/first", None, b"f").await }
+    });
+    g.wait_written();
+    // While that batch is held, a window of documents queues behind it: the next batch.
+    let n = 2 * super::commit::SYNCFS_MIN_FILES;
+    let window: Vec<_> = (0..n)
+        .map(|i| {
+            let s = s.clone();
+            tokio::spawn(async move { s.cas(&format!("vf/outbox/m{i}"), None, b"doc").await })
+        })
+        .collect();
+    while s.committer.queued() < n {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let _ = g.go.send(());
+    g.wait_written();
+    let _ = g.go.send(());
+    assert!(first.await.expect("task").expect("cas"));
+    for w in window {
+        assert!(w.await.expect("task").expect("cas"));
+    }
+    assert_eq!(s.commit_stats(), (3, 2 + n as u64));
+    assert_eq!(
+        s.filesystem_syncs(),
+        1,
+        "the window's batch: one file system sync"
+    );
+    for i in 0..n {
+        let doc = s.get(&format!("vf/outbox/m{i}")).await.expect("get");
+        assert_eq!(
+            doc.map(|d| (d.value, d.version)),
+            Some((b"doc".to_vec(), "1".to_owned()))
+        );
+    }
+    let _ = fs::remove_dir_all(dir);
+}
+
 /// Holds the writer thread at [`Step::Written`] of every batch until the test says go.
 struct Gate {
     reached: mpsc::Receiver<()>,
