@@ -313,8 +313,13 @@ struct LogWrite {
     answers: Vec<(u64, oneshot::Sender<std::io::Result<u64>>)>,
 }
 
+/// `e` again, for another caller (an `io::Error` is not `Clone`).
+fn copy(e: &std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), e.to_string())
+}
+
 fn fail<T>(reply: oneshot::Sender<std::io::Result<T>>, e: &std::io::Error) {
-    let _ = reply.send(Err(std::io::Error::new(e.kind(), e.to_string())));
+    let _ = reply.send(Err(copy(e)));
 }
 
 /// The writer thread's state between batches.
@@ -353,20 +358,17 @@ impl Writer<'_> {
         }
         files
             .iter()
-            .map(|_| match &synced {
-                Ok(()) => Ok(()),
-                Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
-            })
+            .map(|_| synced.as_ref().copied().map_err(copy))
             .collect()
     }
 
+    /// The directory, opened on first need and kept for its syncs.
     fn open_dir(&mut self) -> std::io::Result<&File> {
-        if self.dir.is_none() {
-            self.dir = Some(File::open(self.root)?);
-        }
-        self.dir
-            .as_ref()
-            .ok_or_else(|| std::io::Error::other("the store's directory is not open"))
+        let dir = match self.dir.take() {
+            Some(dir) => dir,
+            None => File::open(self.root)?,
+        };
+        Ok(self.dir.insert(dir))
     }
 
     /// `fsync` of the directory: its entries (renames, new files) are durable after it.
@@ -475,7 +477,7 @@ fn commit(w: &mut Writer<'_>, shared: &Shared, batch: Vec<Op>) {
         for (ok, reply) in answers {
             let _ = reply.send(match &dir {
                 Ok(()) => Ok(ok),
-                Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+                Err(e) => Err(copy(e)),
             });
         }
     }
@@ -483,7 +485,7 @@ fn commit(w: &mut Writer<'_>, shared: &Shared, batch: Vec<Op>) {
         let dir_needed = write.created;
         for (count, reply) in write.answers {
             let _ = reply.send(match &dir {
-                Err(e) if dir_needed => Err(std::io::Error::new(e.kind(), e.to_string())),
+                Err(e) if dir_needed => Err(copy(e)),
                 _ => Ok(count),
             });
         }
