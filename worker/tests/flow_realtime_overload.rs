@@ -76,6 +76,10 @@ fn watch_producer(h: &FlowHarness, node: &str) -> mpsc::Receiver<ProducerTrace> 
             tokio::pin!(deadline);
             loop {
                 tokio::select! {
+                    // The client hands messages to the subscriptions in wire order, so the
+                    // last DATA is already queued when the EOS after it is; polling DATA
+                    // first keeps a wakeup that sees both from ending the count one short.
+                    biased;
                     Some(_) = data_sub.next() => {
                         trace.data += 1;
                         trace.first_data.get_or_insert_with(Instant::now);
