@@ -88,6 +88,17 @@ impl PublishMode {
             PublishMode::Batch
         }
     }
+
+    /// How long the first attempt's receipt is waited for, for a publication started at
+    /// `started`: one attempt's bound, cut to what remains of the mode's overall time.
+    fn first_bound(self, started: Instant) -> Duration {
+        let overall = match self {
+            PublishMode::Realtime => return ATTEMPT_TIMEOUT,
+            PublishMode::Batch => BATCH_OVERALL_TIMEOUT,
+            PublishMode::Abort => ABORT_OVERALL_TIMEOUT,
+        };
+        ATTEMPT_TIMEOUT.min((started + overall).saturating_duration_since(Instant::now()))
+    }
 }
 
 /// One message to publish.
@@ -346,7 +357,9 @@ impl InFlight {
     ///
     /// # Errors
     /// As [`Publisher::publish`].
-    pub async fn confirm(self) -> Result<PublishOutcome, BrokerError> {
+    ///
+    /// Not an `async fn`: one would keep `self` in its state beside the fields taken out of it.
+    pub fn confirm(self) -> impl Future<Output = Result<PublishOutcome, BrokerError>> {
         let InFlight {
             publisher,
             publication,
@@ -355,9 +368,30 @@ impl InFlight {
             started,
             first,
         } = self;
-        publisher
-            .finish(&publication, mode, &stop, started, Some(first))
-            .await
+        async move {
+            match first.receipt(&publication, mode.first_bound(started)).await {
+                Attempt::Stored {
+                    stream_seq,
+                    duplicate,
+                } => Ok(PublishOutcome::Stored {
+                    stream_seq,
+                    duplicate,
+                }),
+                // The rest of the mode's rules (resends, backoff) starts from this first attempt's
+                // end, as `Publisher::publish` would have. Boxed: it is the rare path, and inline
+                // its state would sit in every settlement task, one per message in flight.
+                other => {
+                    Box::pin(publisher.finish(
+                        &publication,
+                        mode,
+                        &stop,
+                        started,
+                        Some(Sent::Ended(other)),
+                    ))
+                    .await
+                }
+            }
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! the content-derived id, count what was stored (WIRE-4, BLOB-1/2, MSGID-1, DELIV-4/5, EOS-7).
 
 use bytes::Bytes;
+use futures::FutureExt;
 use videoflow_core::envelope::{self, Envelope, Payload, WireError};
 use videoflow_core::errors::VfError;
 
@@ -190,7 +191,10 @@ impl Pending {
     /// schedule's `publish.send.after` and receipt barriers. Under a ledger a stored (or
     /// deduplicated) DATA publication is then written to the outbox — before the caller acks
     /// the input, so a crash in between re-publishes (deduplicated) and records it again.
-    pub(crate) async fn confirm(self) -> Result<PublishOutcome, VfError> {
+    ///
+    /// Not an `async fn`, for the reason [`InFlight::confirm`] gives; the receipt's future and
+    /// what follows it are chained (`then`), so their states share one place.
+    pub(crate) fn confirm(self) -> impl Future<Output = Result<PublishOutcome, VfError>> {
         let Pending {
             in_flight,
             ledger,
@@ -199,34 +203,36 @@ impl Pending {
         let msg_id = in_flight.msg_id().to_owned();
         // Kept for a receipt the fault schedule drops: one counter, the publisher is shared.
         let (publisher, mode) = (in_flight.publisher().clone(), in_flight.mode());
-        let id = || msg_id.clone();
-        let outcome = in_flight.confirm().await?;
-        // As 1.0.4: `send.after` once the send completed, i.e. its receipt is in hand.
-        faults::barrier(Barrier::PublishSendAfter, id).await?;
-        if faults::barrier(Barrier::PublishReceiptBefore, id)
-            .await?
-            .drop_response
-        {
-            return faults::receipt_lost(publisher.node(), &msg_id, mode);
-        }
-        faults::barrier(Barrier::PublishReceiptAfter, id).await?;
-        if let (
-            Some(ledger),
-            PublishOutcome::Stored {
-                stream_seq,
-                duplicate,
-            },
-        ) = (&ledger, &outcome)
-        {
-            let accepted = if *duplicate {
-                Accepted::Duplicate
-            } else {
-                Accepted::New
-            };
-            // Boxed: the store's future would otherwise sit inline in every settlement task.
-            Box::pin(ledger.record_published(&msg_id, &digest, accepted, *stream_seq)).await?;
-        }
-        Ok(outcome)
+        in_flight.confirm().then(move |receipt| async move {
+            let id = || msg_id.clone();
+            let outcome = receipt?;
+            // As 1.0.4: `send.after` once the send completed, i.e. its receipt is in hand.
+            faults::barrier(Barrier::PublishSendAfter, id).await?;
+            if faults::barrier(Barrier::PublishReceiptBefore, id)
+                .await?
+                .drop_response
+            {
+                return faults::receipt_lost(publisher.node(), &msg_id, mode);
+            }
+            faults::barrier(Barrier::PublishReceiptAfter, id).await?;
+            if let (
+                Some(ledger),
+                PublishOutcome::Stored {
+                    stream_seq,
+                    duplicate,
+                },
+            ) = (&ledger, &outcome)
+            {
+                let accepted = if *duplicate {
+                    Accepted::Duplicate
+                } else {
+                    Accepted::New
+                };
+                // Boxed: the store's future would otherwise sit inline in every settlement task.
+                Box::pin(ledger.record_published(&msg_id, &digest, accepted, *stream_seq)).await?;
+            }
+            Ok(outcome)
+        })
     }
 }
 

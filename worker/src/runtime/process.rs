@@ -14,6 +14,8 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use futures::FutureExt;
+use futures::future::OptionFuture;
 use videoflow_core::envelope::Payload;
 use videoflow_core::errors::{Disposition, ErrorCode, VfError};
 use videoflow_core::model::DeliveryMode;
@@ -560,17 +562,20 @@ impl Loop<'_> {
 
 /// A group's second half, on its own task: the output's receipt (the publication finished
 /// under its mode's rules), then every input acked (DELIV-2, BLOB-6).
-async fn settle_after(
+///
+/// A chain (`then`), not an `async fn`: one would keep the `Pending` in its state beside the
+/// receipt's future made from it, and the acks' future beside both, in a task of its own
+/// for every message in flight.
+fn settle_after(
     pending: Option<Pending>,
     handles: Vec<Held>,
     blob: Option<BlobStore>,
-) -> Result<Settled, VfError> {
-    let outcome = match pending {
-        Some(pending) => Some(pending.confirm().await?),
-        None => None,
-    };
-    let acked = settle::ack_all(&handles, blob.as_ref()).await;
-    Ok(Settled { outcome, acked })
+) -> impl Future<Output = Result<Settled, VfError>> {
+    OptionFuture::from(pending.map(Pending::confirm)).then(move |receipt| async move {
+        let outcome = receipt.transpose()?;
+        let acked = settle::ack_all(&handles, blob.as_ref()).await;
+        Ok(Settled { outcome, acked })
+    })
 }
 
 /// How many groups the loop keeps submitted to `sink` at once: the node's `max_in_flight`,
@@ -634,4 +639,26 @@ fn node_inputs(
         }
     }
     (node_inputs, info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of the future `f` makes, without making one.
+    fn future_size<A, F: Future>(_: impl Fn(A) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// LOOP-5's window holds one settlement task per message in flight (up to the durable's
+    /// credit): its future must stay small, whichever store the ledger is on (the Redis
+    /// client's futures are boxed out of the store's) and whatever the publish mode's rare
+    /// paths hold (resends and backoff are boxed out of the receipt).
+    #[test]
+    fn a_settlement_task_stays_under_a_kib() {
+        let settle = future_size(
+            |(p, h, b): (Option<Pending>, Vec<Held>, Option<BlobStore>)| settle_after(p, h, b),
+        );
+        assert!(settle <= 1024, "settlement future {settle} bytes");
+    }
 }
