@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use serde_json::Value as Json;
 
-use flows_common::{batch_flow, int_value, ledger_docs, ledger_log, ledger_spec, numbers_to_sink};
+use flows_common::{
+    IDENTITY, batch_flow, int_value, ledger_docs, ledger_log, ledger_spec, numbers_to_sink,
+};
 use support::FlowHarness;
 
 const N: i64 = 60;
@@ -152,6 +154,35 @@ fn barrier_flow(store: &str) {
     );
     // And the barrier, not the quiescence window, ended the parents.
     assert!(h.all_logs().contains("parent drained"));
+}
+
+/// A REALTIME run on the same ledger ends by EOS-3, which counts nothing: its terminators
+/// are recorded (EOS-2) but no received id is, so a live run's ledger does not grow with
+/// every message it takes in.
+#[test]
+fn eos_7_a_realtime_run_notes_no_received_ids() {
+    let flow = batch_flow(
+        "live",
+        &ledger_spec(FILE_LEDGER),
+        &numbers_to_sink(N, "same", IDENTITY, ""),
+    )
+    .replacen("type: batch", "type: realtime", 1);
+    let mut h = FlowHarness::new(&flow);
+    h.start();
+    let exits = h.wait_all(Duration::from_secs(120));
+    h.assert_all_ok(&exits);
+    assert!(!h.jsonl("out.jsonl").is_empty(), "{}", h.all_logs());
+
+    let terms = records(&h, "vf/live/r1/same/terminator/");
+    assert_eq!(
+        terms.keys().cloned().collect::<Vec<_>>(),
+        ["numbers/r0/eos"]
+    );
+    for (node, parent) in [("same", "numbers"), ("sink", "same")] {
+        let durable = videoflow_core::naming::durable_name(node, parent);
+        let log = format!("vf/live/r1/{node}/received/{parent}/{durable}/r0");
+        assert_eq!(log_ids(&h, &log), BTreeSet::new(), "{log}");
+    }
 }
 
 #[test]

@@ -316,6 +316,11 @@ impl Receiver {
     /// EOS-7 (b): notes the id of every admitted DATA delivery of a batch in the ledger,
     /// one write per parent, all parents at once. One entry per DATA step, in order: the
     /// error that kept it from being noted, if any.
+    ///
+    /// Only for parents the barrier governs ([`Receiver::barrier_replicas`]): the ids are its
+    /// count and nothing else reads them (nor does 1.0.4, whose barrier excludes REALTIME
+    /// too). A REALTIME run — a live source, for days — thus keeps no received-id set or log
+    /// at all; its parents end by EOS-3 as before.
     async fn note_received(&self, steps: &[Step]) -> Vec<Option<VfError>> {
         let data: Vec<&Admitted> = steps
             .iter()
@@ -327,7 +332,11 @@ impl Receiver {
         let Some(ledger) = &self.ledger else {
             return data.iter().map(|_| None).collect();
         };
-        let mut parents: Vec<usize> = data.iter().map(|a| a.parent).collect();
+        let mut parents: Vec<usize> = data
+            .iter()
+            .map(|a| a.parent)
+            .filter(|&p| self.barrier_replicas(p).is_some())
+            .collect();
         parents.sort_unstable();
         parents.dedup();
         let writes = parents.iter().map(|&p| {
