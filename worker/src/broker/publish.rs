@@ -89,15 +89,22 @@ impl PublishMode {
         }
     }
 
-    /// How long the first attempt's receipt is waited for, for a publication started at
-    /// `started`: one attempt's bound, cut to what remains of the mode's overall time.
+    /// The time a publication started at `started` has for all its attempts; `None` for
+    /// REALTIME, which resends once and never waits on a deadline.
+    fn deadline(self, started: Instant) -> Option<Instant> {
+        match self {
+            PublishMode::Realtime => None,
+            PublishMode::Batch => Some(started + BATCH_OVERALL_TIMEOUT),
+            PublishMode::Abort => Some(started + ABORT_OVERALL_TIMEOUT),
+        }
+    }
+
+    /// How long the first attempt's receipt is waited for: one attempt's bound, cut to what
+    /// remains of the mode's overall time (as [`Publisher::publish`]'s first attempt).
     fn first_bound(self, started: Instant) -> Duration {
-        let overall = match self {
-            PublishMode::Realtime => return ATTEMPT_TIMEOUT,
-            PublishMode::Batch => BATCH_OVERALL_TIMEOUT,
-            PublishMode::Abort => ABORT_OVERALL_TIMEOUT,
-        };
-        ATTEMPT_TIMEOUT.min((started + overall).saturating_duration_since(Instant::now()))
+        self.deadline(started).map_or(ATTEMPT_TIMEOUT, |deadline| {
+            ATTEMPT_TIMEOUT.min(deadline.saturating_duration_since(Instant::now()))
+        })
     }
 }
 
@@ -475,16 +482,11 @@ impl Publisher {
         started: Instant,
         first: Option<Sent>,
     ) -> Result<PublishOutcome, BrokerError> {
-        match mode {
-            PublishMode::Realtime => Ok(self.publish_realtime(publication, first).await),
-            PublishMode::Batch => {
-                let deadline = started + BATCH_OVERALL_TIMEOUT;
-                self.publish_patiently(publication, deadline, None, stop, first)
-                    .await
-            }
-            PublishMode::Abort => {
-                let deadline = started + ABORT_OVERALL_TIMEOUT;
-                self.publish_patiently(publication, deadline, Some(ABORT_ATTEMPTS), stop, first)
+        let max_attempts = (mode == PublishMode::Abort).then_some(ABORT_ATTEMPTS);
+        match mode.deadline(started) {
+            None => Ok(self.publish_realtime(publication, first).await),
+            Some(deadline) => {
+                self.publish_patiently(publication, deadline, max_attempts, stop, first)
                     .await
             }
         }
