@@ -1,8 +1,9 @@
 //! `file://<dir>` (STORE-4): the ledger of every worker on one host.
 //!
 //! One file per key, `<key with "/" → "%2F">.json` holding `{"value": "<hex>", "version": n}`,
-//! written to `<file>.json.tmp`, synced and renamed over, so a crash leaves the old or the
-//! new document, never half of one. `get`, `cas` and `delete` hold an exclusive `flock` on
+//! written to `<file>.json.tmp`, synced and renamed over — or, for a key that did not exist,
+//! written to a file with no name yet, synced and linked to the key — so a crash leaves the
+//! old or the new document, never half of one. `get`, `cas` and `delete` hold an exclusive `flock` on
 //! `<file>.json.lock` — the same lock files 1.0.4 takes, so implementations can share a
 //! directory. Logs are `<log>.log`, one hex record per line, appended under
 //! `log:<log>.json.lock`.

@@ -12,14 +12,17 @@
 //! 1. the lock files of every key and log in the batch, taken in name order (every writer of
 //!    this implementation takes them in that order, a 1.0.4 writer holds one at a time, so no
 //!    two writers wait on each other in a circle);
-//! 2. per key: read the document, apply the batch's CASes in their order, write the result to
-//!    `<file>.json.tmp`; per log: catch up on what other writers appended since this thread
+//! 2. per key: read the document, apply the batch's CASes in their order, write the result —
+//!    for a key that exists to `<file>.json.tmp`, for a new one to a file with no name
+//!    (`O_TMPFILE`; a lone create skips the read, its link in step 4 tells); per log: catch up on what other writers appended since this thread
 //!    last looked (detected by the file's length; only those bytes are read), then one write
 //!    of every record;
 //! 3. every file written made durable: `fdatasync` of each, in parallel, or for a batch of
 //!    many files one `syncfs` of the file system (see [`Writer::sync_files`] for why);
-//! 4. rename every synced document over its key, release the locks;
-//! 5. one `fsync` of the directory when a rename or a new log needs it;
+//! 4. rename every synced tmp file over its key, link every synced unnamed file to its key (a
+//!    link never replaces: a key that exists by then answers the create `false`), release the
+//!    locks;
+//! 5. one `fsync` of the directory when a rename, a link or a new log needs it;
 //! 6. only then answer each caller.
 //!
 //! The wait a record adds: a record queued while a batch is being committed waits for that
@@ -29,8 +32,9 @@
 //! and the file descriptors it holds.
 //!
 //! A crash anywhere before step 6 answers nobody, so nothing that depends on a record is
-//! acked before the record is durable; a crash after a rename but before the directory
-//! sync leaves the old or the new document, never half of one.
+//! acked before the record is durable; a crash after a rename or link but before the
+//! directory sync leaves the old or the new document, never half of one, and a crash before
+//! a link leaves no file at all (an unnamed file goes with its last descriptor).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File};
@@ -239,6 +243,7 @@ fn writer(root: &Path, shared: &Shared) {
         pool: SyncPool::default(),
         dir: None,
         fs_syncs: &shared.fs_syncs,
+        unnamed: true,
     };
     while let Some(batch) = next_batch(shared) {
         shared.batches.fetch_add(1, Ordering::Relaxed);
@@ -298,12 +303,24 @@ struct Group {
     log: Option<(String, Vec<AppendItem>)>,
 }
 
-/// A key's new document, written but not yet synced or renamed.
+/// A key's new document, written but not yet synced or given its name.
 struct DocWrite {
-    tmp: Arc<File>,
-    tmp_path: PathBuf,
+    file: Arc<File>,
+    staged: Staged,
     path: PathBuf,
     answers: Vec<(bool, oneshot::Sender<std::io::Result<bool>>)>,
+}
+
+/// Where a [`DocWrite`]'s file is until it gets the key's name.
+enum Staged {
+    /// `<file>.json.tmp`, renamed over the key: how a document that exists is replaced.
+    Named(PathBuf),
+    /// A file with no name (`O_TMPFILE`), linked to the key: how a key that did not exist is
+    /// created. One directory entry instead of a temporary one plus a rename, so creating a
+    /// record (an outbox document a message) costs the directory one change, not three.
+    /// Keeps the document's bytes for a file system where the link fails
+    /// ([`Writer::name_doc`]).
+    Unnamed(Vec<u8>),
 }
 
 /// A log's records, written but not yet synced.
@@ -330,6 +347,9 @@ struct Writer<'a> {
     /// The directory, kept open for its syncs.
     dir: Option<File>,
     fs_syncs: &'a AtomicU64,
+    /// New documents are created as unnamed files ([`Staged::Unnamed`]); cleared for good
+    /// the first time the file system refuses one.
+    unnamed: bool,
 }
 
 impl Writer<'_> {
@@ -369,6 +389,32 @@ impl Writer<'_> {
             None => File::open(self.root)?,
         };
         Ok(self.dir.insert(dir))
+    }
+
+    /// Gives a synced document its key's name: the rename of its temporary file, or the link
+    /// of its unnamed file. `Ok(false)` when a link finds the key already there (a writer
+    /// that does not take the lock created it meanwhile): the create did not happen.
+    ///
+    /// Where the link itself is refused (no `/proc` to name the file by), the document is
+    /// written again as a temporary file, synced and renamed, and later documents go that way
+    /// from the start.
+    fn name_doc(&mut self, doc: &DocWrite) -> std::io::Result<bool> {
+        let bytes = match &doc.staged {
+            Staged::Named(tmp) => return fs::rename(tmp, &doc.path).map(|()| true),
+            Staged::Unnamed(bytes) => bytes,
+        };
+        match disk::name_unnamed(&doc.file, &doc.path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(_) => {
+                self.unnamed = false;
+                let tmp = tmp_path(&doc.path);
+                let mut file = File::create(&tmp)?;
+                file.write_all(bytes)?;
+                file.sync_data()?;
+                fs::rename(&tmp, &doc.path).map(|()| true)
+            }
+        }
     }
 
     /// `fsync` of the directory: its entries (renames, new files) are durable after it.
@@ -425,7 +471,7 @@ fn commit(w: &mut Writer<'_>, shared: &Shared, batch: Vec<Op>) {
         };
         locks.push(held);
         if let Some((key, items)) = group.key
-            && let Some(doc) = write_doc(root, &key, items)
+            && let Some(doc) = write_doc(root, &key, items, &mut w.unnamed)
         {
             docs.push(doc);
         }
@@ -442,19 +488,25 @@ fn commit(w: &mut Writer<'_>, shared: &Shared, batch: Vec<Op>) {
     // (3) every written file synced (one file system sync for a large batch).
     let files: Vec<Arc<File>> = docs
         .iter()
-        .map(|d| d.tmp.clone())
+        .map(|d| d.file.clone())
         .chain(appends.iter().map(|a| a.file.clone()))
         .collect();
     let mut synced = w.sync_files(&files).into_iter();
-    // (4) documents renamed over their keys; the locks go.
-    let mut renamed = Vec::new();
+    // (4) documents given their keys' names; the locks go.
+    let mut named = Vec::new();
     for doc in docs {
         let result = synced
             .next()
             .unwrap_or_else(|| Err(std::io::Error::other("sync result missing")))
-            .and_then(|()| fs::rename(&doc.tmp_path, &doc.path));
+            .and_then(|()| w.name_doc(&doc));
         match result {
-            Ok(()) => renamed.push(doc.answers),
+            Ok(true) => named.push(doc.answers),
+            Ok(false) => named.push(
+                doc.answers
+                    .into_iter()
+                    .map(|(_, reply)| (false, reply))
+                    .collect(),
+            ),
             Err(e) => doc.answers.into_iter().for_each(|(_, r)| fail(r, &e)),
         }
     }
@@ -470,10 +522,10 @@ fn commit(w: &mut Writer<'_>, shared: &Shared, batch: Vec<Op>) {
         }
     }
     // (5) the directory, when an entry in it changed.
-    let needs_dir = !renamed.is_empty() || durable_appends.iter().any(|w| w.created);
+    let needs_dir = !named.is_empty() || durable_appends.iter().any(|w| w.created);
     let dir = if needs_dir { w.sync_dir() } else { Ok(()) };
     // (6) the answers.
-    for answers in renamed {
+    for answers in named {
         for (ok, reply) in answers {
             let _ = reply.send(match &dir {
                 Ok(()) => Ok(ok),
@@ -526,18 +578,29 @@ fn append(logs: &mut Logs, root: &Path, log: &str, items: Vec<AppendItem>) -> Op
     }
 }
 
-/// Applies a key's CASes in order against its document and writes the result to its tmp
-/// file. A CAS that fails to match is answered `false` at once; `None` when nothing is left
-/// to sync.
-fn write_doc(root: &Path, key: &str, items: Vec<CasItem>) -> Option<DocWrite> {
+/// Applies a key's CASes in order against its document and writes the result to a file
+/// that gets the key's name after the sync ([`Staged`]): an unnamed one when the key did not
+/// exist and `unnamed` allows it, else its tmp file. A CAS that fails to match is answered
+/// `false` at once; `None` when nothing is left to sync.
+fn write_doc(root: &Path, key: &str, items: Vec<CasItem>, unnamed: &mut bool) -> Option<DocWrite> {
     let path = disk::doc_path(root, key);
-    let mut current: Option<Versioned> = match disk::read_doc(&path) {
+    // A lone create of a key (an outbox record a message) needs no read: its link fails if
+    // the key exists, which answers it as the read would have. The read is a directory
+    // lookup that misses every cache, since the key is new.
+    let lone_create = *unnamed && matches!(items.as_slice(), [(None, _, _)]);
+    let read = if lone_create {
+        Ok(None)
+    } else {
+        disk::read_doc(&path)
+    };
+    let mut current: Option<Versioned> = match read {
         Ok(c) => c,
         Err(e) => {
             items.into_iter().for_each(|(_, _, r)| fail(r, &e));
             return None;
         }
     };
+    let existed = current.is_some();
     let mut answers = Vec::with_capacity(items.len());
     let mut changed = false;
     for (expected, value, reply) in items {
@@ -560,17 +623,23 @@ fn write_doc(root: &Path, key: &str, items: Vec<CasItem>) -> Option<DocWrite> {
         return None;
     };
     let version = doc.version.parse::<u64>().unwrap_or(1);
-    let mut tmp_path = path.as_os_str().to_owned();
-    tmp_path.push(".tmp");
-    let tmp_path = PathBuf::from(tmp_path);
-    let written = File::create(&tmp_path).and_then(|mut f| {
-        f.write_all(&disk::doc_bytes(&doc.value, version))?;
-        Ok(f)
-    });
+    let bytes = disk::doc_bytes(&doc.value, version);
+    let written = if !existed && *unnamed {
+        match disk::unnamed(root) {
+            Ok(mut f) => f.write_all(&bytes).map(|()| (f, Staged::Unnamed(bytes))),
+            Err(_) => {
+                // This file system has no unnamed files: it is asked once.
+                *unnamed = false;
+                write_tmp(&path, &bytes)
+            }
+        }
+    } else {
+        write_tmp(&path, &bytes)
+    };
     match written {
-        Ok(f) => Some(DocWrite {
-            tmp: Arc::new(f),
-            tmp_path,
+        Ok((f, staged)) => Some(DocWrite {
+            file: Arc::new(f),
+            staged,
             path,
             answers,
         }),
@@ -579,6 +648,21 @@ fn write_doc(root: &Path, key: &str, items: Vec<CasItem>) -> Option<DocWrite> {
             None
         }
     }
+}
+
+/// `<file>.json.tmp`, the temporary file 1.0.4 also writes a document to before renaming it.
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    PathBuf::from(tmp)
+}
+
+/// `bytes` written to the tmp file of the document at `path`.
+fn write_tmp(path: &Path, bytes: &[u8]) -> std::io::Result<(File, Staged)> {
+    let tmp = tmp_path(path);
+    let mut f = File::create(&tmp)?;
+    f.write_all(bytes)?;
+    Ok((f, Staged::Named(tmp)))
 }
 
 // -- parallel syncs -------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 //! hex log. Nothing here keeps state.
 
 use std::fs::{self, File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::store::kv::Versioned;
@@ -76,6 +78,38 @@ pub(super) fn lock(root: &Path, name: &str) -> std::io::Result<File> {
         .open(root.join(name))?;
     file.lock()?;
     Ok(file)
+}
+
+/// A new file in `dir` that has no name yet (`O_TMPFILE`): what it holds becomes visible
+/// only when [`name_unnamed`] links it, whole, and a crash before that leaves nothing behind.
+///
+/// # Errors
+/// Whatever `open` says; a file system without `O_TMPFILE` answers `EOPNOTSUPP` (older
+/// kernels `EISDIR`), and the caller writes a named temporary file instead.
+pub(super) fn unnamed(dir: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .mode(0o666)
+        .custom_flags(nix::libc::O_TMPFILE)
+        .open(dir)
+}
+
+/// Gives `file` (from [`unnamed`]) the name `path`. Fails with `AlreadyExists` when `path`
+/// exists: a link never replaces, so it also creates only.
+///
+/// # Errors
+/// `AlreadyExists`, or whatever `linkat` says (through `/proc/self/fd`, the only way an
+/// unprivileged process can name a descriptor; without `/proc` it is `NotFound`).
+pub(super) fn name_unnamed(file: &File, path: &Path) -> std::io::Result<()> {
+    let fd = format!("/proc/self/fd/{}", file.as_raw_fd());
+    nix::unistd::linkat(
+        nix::fcntl::AT_FDCWD,
+        fd.as_str(),
+        nix::fcntl::AT_FDCWD,
+        path,
+        nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
+    )
+    .map_err(std::io::Error::from)
 }
 
 /// A key's document, `None` when the file does not exist.

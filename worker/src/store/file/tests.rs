@@ -330,3 +330,98 @@ async fn store_4_two_writers_on_one_directory_lose_no_update_and_never_deadlock(
     );
     let _ = fs::remove_dir_all(dir);
 }
+
+/// The names in the store's directory, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_4_a_new_document_has_no_name_until_it_is_synced_an_update_goes_through_its_tmp_file()
+{
+    let dir = temp_dir();
+    let s = FileStore::new(&dir).expect("store");
+    let g = gate(&s);
+    let creating = tokio::spawn({
+        let s = s.clone();
+        async move { s.cas("vf/outbox/p1", None, b"new").await }
+    });
+    g.wait_written();
+    // Written, not synced: a crash now leaves neither the key nor a temporary file of it.
+    assert_eq!(names(&dir), ["vf%2Foutbox%2Fp1.json.lock"]);
+    let _ = g.go.send(());
+    assert!(creating.await.expect("task").expect("cas"));
+    assert_eq!(
+        names(&dir),
+        ["vf%2Foutbox%2Fp1.json", "vf%2Foutbox%2Fp1.json.lock"]
+    );
+    assert_eq!(
+        fs::read_to_string(dir.join("vf%2Foutbox%2Fp1.json")).expect("doc"),
+        r#"{"value":"6e6577","version":1}"#
+    );
+    // A document that exists is replaced the way 1.0.4 replaces it: tmp file, then rename.
+    let updating = tokio::spawn({
+        let s = s.clone();
+        async move { s.cas("vf/outbox/p1", Some("1"), b"resolved").await }
+    });
+    g.wait_written();
+    assert!(names(&dir).contains(&"vf%2Foutbox%2Fp1.json.tmp".to_owned()));
+    let _ = g.go.send(());
+    assert!(updating.await.expect("task").expect("cas"));
+    assert_eq!(
+        names(&dir),
+        ["vf%2Foutbox%2Fp1.json", "vf%2Foutbox%2Fp1.json.lock"]
+    );
+    let v = s.get("vf/outbox/p1").await.expect("get").expect("present");
+    assert_eq!(
+        (v.value.as_slice(), v.version.as_str()),
+        (b"resolved".as_slice(), "2")
+    );
+    // Creating it again is refused (the link finds it) and changes nothing.
+    let again = tokio::spawn({
+        let s = s.clone();
+        async move { s.cas("vf/outbox/p1", None, b"again").await }
+    });
+    g.wait_written();
+    let _ = g.go.send(());
+    assert!(!again.await.expect("task").expect("cas"));
+    let v = s.get("vf/outbox/p1").await.expect("get").expect("present");
+    assert_eq!(v.version, "2");
+    assert_eq!(
+        names(&dir),
+        ["vf%2Foutbox%2Fp1.json", "vf%2Foutbox%2Fp1.json.lock"]
+    );
+    let _ = fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_1_a_create_that_finds_the_key_made_meanwhile_is_refused_and_keeps_the_other_document()
+ {
+    let dir = temp_dir();
+    let s = FileStore::new(&dir).expect("store");
+    let g = gate(&s);
+    let creating = tokio::spawn({
+        let s = s.clone();
+        async move { s.cas("vf/effect/k", None, b"ours").await }
+    });
+    g.wait_written();
+    // A writer that does not take the lock creates the key between our read and our link.
+    fs::write(
+        dir.join("vf%2Feffect%2Fk.json"),
+        r#"{"value":"746865697273","version":1}"#,
+    )
+    .expect("foreign write");
+    let _ = g.go.send(());
+    assert!(!creating.await.expect("task").expect("cas"));
+    let v = s.get("vf/effect/k").await.expect("get").expect("present");
+    assert_eq!(
+        (v.value.as_slice(), v.version.as_str()),
+        (b"theirs".as_slice(), "1")
+    );
+    let _ = fs::remove_dir_all(dir);
+}
