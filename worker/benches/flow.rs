@@ -424,7 +424,12 @@ fn keep_run_dir(dir: &Path) {
         return;
     };
     let keep = PathBuf::from(keep);
-    let to = keep.join(format!("run-{}", KEPT.fetch_add(1, Ordering::Relaxed)));
+    // The process id too: several bench processes may keep their runs in one directory.
+    let to = keep.join(format!(
+        "run-{}-{}",
+        std::process::id(),
+        KEPT.fetch_add(1, Ordering::Relaxed)
+    ));
     if let Err(e) = std::fs::create_dir_all(&keep).and_then(|()| std::fs::rename(dir, &to)) {
         log(format!(
             "{} not kept ({e}): deleted with its broker",
