@@ -14,9 +14,9 @@
 //!    two writers wait on each other in a circle);
 //! 2. per key: read the document, apply the batch's CASes in their order, write the result —
 //!    for a key that exists to `<file>.json.tmp`, for a new one to a file with no name
-//!    (`O_TMPFILE`; a lone create skips the read, its link in step 4 tells); per log: catch up on what other writers appended since this thread
-//!    last looked (detected by the file's length; only those bytes are read), then one write
-//!    of every record;
+//!    (`O_TMPFILE`; a lone create skips the read, its link in step 4 tells); per log: catch
+//!    up on what other writers appended since this thread last looked (detected by the
+//!    file's length; only those bytes are read), then one write of every record;
 //! 3. every file written made durable: `fdatasync` of each, in parallel, or for a batch of
 //!    many files one `syncfs` of the file system (see [`Writer::sync_files`] for why);
 //! 4. rename every synced tmp file over its key, link every synced unnamed file to its key (a
@@ -40,7 +40,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
 
 use tokio::sync::oneshot;
@@ -103,6 +103,9 @@ struct Shared {
     ops: AtomicU64,
     /// Batches made durable by one `syncfs` ([`Writer::sync_files`]).
     fs_syncs: AtomicU64,
+    /// New documents are created as unnamed files ([`Staged::Unnamed`]); cleared for good
+    /// the first time the file system refuses one.
+    unnamed: AtomicBool,
     /// A test's hook, called at each step of a batch.
     #[cfg(test)]
     hook: Mutex<Option<Hook>>,
@@ -163,6 +166,7 @@ impl Committer {
             batches: AtomicU64::new(0),
             ops: AtomicU64::new(0),
             fs_syncs: AtomicU64::new(0),
+            unnamed: AtomicBool::new(true),
             #[cfg(test)]
             hook: Mutex::new(None),
         });
@@ -191,6 +195,12 @@ impl Committer {
     #[cfg(test)]
     pub(super) fn queued(&self) -> usize {
         self.shared.lock().ops.len()
+    }
+
+    /// Writes every later document the way a file system without unnamed files gets them.
+    #[cfg(test)]
+    pub(super) fn refuse_unnamed(&self) {
+        self.shared.unnamed.store(false, Ordering::Relaxed);
     }
 
     /// Installs a hook the writer thread calls at each [`Step`] of every batch.
@@ -243,7 +253,7 @@ fn writer(root: &Path, shared: &Shared) {
         pool: SyncPool::default(),
         dir: None,
         fs_syncs: &shared.fs_syncs,
-        unnamed: true,
+        unnamed: &shared.unnamed,
     };
     while let Some(batch) = next_batch(shared) {
         shared.batches.fetch_add(1, Ordering::Relaxed);
@@ -347,9 +357,8 @@ struct Writer<'a> {
     /// The directory, kept open for its syncs.
     dir: Option<File>,
     fs_syncs: &'a AtomicU64,
-    /// New documents are created as unnamed files ([`Staged::Unnamed`]); cleared for good
-    /// the first time the file system refuses one.
-    unnamed: bool,
+    /// [`Shared::unnamed`].
+    unnamed: &'a AtomicBool,
 }
 
 impl Writer<'_> {
@@ -396,8 +405,9 @@ impl Writer<'_> {
     /// that does not take the lock created it meanwhile): the create did not happen.
     ///
     /// Where the link itself is refused (no `/proc` to name the file by), the document is
-    /// written again as a temporary file, synced and renamed, and later documents go that way
-    /// from the start.
+    /// written again as a temporary file, synced and renamed — unless the key exists (a lone
+    /// create was not read first; the key's lock keeps it as it is until the rename) — and
+    /// later documents go that way from the start.
     fn name_doc(&mut self, doc: &DocWrite) -> std::io::Result<bool> {
         let bytes = match &doc.staged {
             Staged::Named(tmp) => return fs::rename(tmp, &doc.path).map(|()| true),
@@ -407,7 +417,10 @@ impl Writer<'_> {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
             Err(_) => {
-                self.unnamed = false;
+                self.unnamed.store(false, Ordering::Relaxed);
+                if doc.path.try_exists()? {
+                    return Ok(false);
+                }
                 let tmp = tmp_path(&doc.path);
                 let mut file = File::create(&tmp)?;
                 file.write_all(bytes)?;
@@ -459,6 +472,7 @@ fn commit(w: &mut Writer<'_>, shared: &Shared, batch: Vec<Op>) {
     }
     // (1) + (2): locks in name order, then each group's writes.
     let mut locks = Vec::with_capacity(groups.len());
+    let mut unnamed = w.unnamed.load(Ordering::Relaxed);
     let mut docs = Vec::new();
     let mut appends = Vec::new();
     for (lock_name, group) in groups {
@@ -471,7 +485,7 @@ fn commit(w: &mut Writer<'_>, shared: &Shared, batch: Vec<Op>) {
         };
         locks.push(held);
         if let Some((key, items)) = group.key
-            && let Some(doc) = write_doc(root, &key, items, &mut w.unnamed)
+            && let Some(doc) = write_doc(root, &key, items, &mut unnamed)
         {
             docs.push(doc);
         }
@@ -480,6 +494,9 @@ fn commit(w: &mut Writer<'_>, shared: &Shared, batch: Vec<Op>) {
         {
             appends.push(write);
         }
+    }
+    if !unnamed {
+        w.unnamed.store(false, Ordering::Relaxed);
     }
     #[cfg(test)]
     shared.step(Step::Written);
@@ -587,8 +604,15 @@ fn write_doc(root: &Path, key: &str, items: Vec<CasItem>, unnamed: &mut bool) ->
     // A lone create of a key (an outbox record a message) needs no read: its link fails if
     // the key exists, which answers it as the read would have. The read is a directory
     // lookup that misses every cache, since the key is new.
-    let lone_create = *unnamed && matches!(items.as_slice(), [(None, _, _)]);
-    let read = if lone_create {
+    let mut early = None;
+    if *unnamed && matches!(items.as_slice(), [(None, _, _)]) {
+        match disk::unnamed(root) {
+            Ok(f) => early = Some(f),
+            // This file system has no unnamed files: it is asked once.
+            Err(_) => *unnamed = false,
+        }
+    }
+    let read = if early.is_some() {
         Ok(None)
     } else {
         disk::read_doc(&path)
@@ -624,17 +648,14 @@ fn write_doc(root: &Path, key: &str, items: Vec<CasItem>, unnamed: &mut bool) ->
     };
     let version = doc.version.parse::<u64>().unwrap_or(1);
     let bytes = disk::doc_bytes(&doc.value, version);
-    let written = if !existed && *unnamed {
-        match disk::unnamed(root) {
-            Ok(mut f) => f.write_all(&bytes).map(|()| (f, Staged::Unnamed(bytes))),
-            Err(_) => {
-                // This file system has no unnamed files: it is asked once.
-                *unnamed = false;
-                write_tmp(&path, &bytes)
-            }
-        }
-    } else {
-        write_tmp(&path, &bytes)
+    let unnamed_file = match early {
+        Some(f) => Some(f),
+        None if !existed && *unnamed => disk::unnamed(root).inspect_err(|_| *unnamed = false).ok(),
+        None => None,
+    };
+    let written = match unnamed_file {
+        Some(mut f) => f.write_all(&bytes).map(|()| (f, Staged::Unnamed(bytes))),
+        None => write_tmp(&path, &bytes),
     };
     match written {
         Ok((f, staged)) => Some(DocWrite {

@@ -425,3 +425,40 @@ async fn store_1_a_create_that_finds_the_key_made_meanwhile_is_refused_and_keeps
     );
     let _ = fs::remove_dir_all(dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_4_without_unnamed_files_a_create_goes_through_its_tmp_file_and_never_replaces() {
+    let dir = temp_dir();
+    let s = FileStore::new(&dir).expect("store");
+    assert!(s.cas("vf/k", None, b"first").await.expect("cas"));
+    s.committer.refuse_unnamed();
+    let g = gate(&s);
+    let creating = tokio::spawn({
+        let s = s.clone();
+        async move { s.cas("vf/new", None, b"doc").await }
+    });
+    g.wait_written();
+    assert!(names(&dir).contains(&"vf%2Fnew.json.tmp".to_owned()));
+    let _ = g.go.send(());
+    assert!(creating.await.expect("task").expect("cas"));
+    // A lone create of a key that exists reads it first, so it is refused, not renamed over.
+    let again = tokio::spawn({
+        let s = s.clone();
+        async move { s.cas("vf/k", None, b"second").await }
+    });
+    tokio::task::spawn_blocking(move || {
+        while g.reached.recv_timeout(Duration::from_millis(200)).is_ok() {
+            let _ = g.go.send(());
+        }
+    });
+    assert!(!again.await.expect("task").expect("cas"));
+    let v = s.get("vf/k").await.expect("get").expect("present");
+    assert_eq!(
+        (v.value.as_slice(), v.version.as_str()),
+        (b"first".as_slice(), "1")
+    );
+    let v = s.get("vf/new").await.expect("get").expect("present");
+    assert_eq!(v.value, b"doc");
+    assert!(!names(&dir).iter().any(|n| n.ends_with(".tmp")));
+    let _ = fs::remove_dir_all(dir);
+}
