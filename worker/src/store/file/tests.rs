@@ -346,6 +346,9 @@ async fn store_4_a_new_document_has_no_name_until_it_is_synced_an_update_goes_th
 {
     let dir = temp_dir();
     let s = FileStore::new(&dir).expect("store");
+    // Where the file system has no unnamed files (an older overlayfs, NFS), the store falls
+    // back to 1.0.4's temporary file, and that is what this test then sees.
+    let unnamed_files = disk::unnamed(&dir).is_ok();
     let g = gate(&s);
     let creating = tokio::spawn({
         let s = s.clone();
@@ -353,7 +356,14 @@ async fn store_4_a_new_document_has_no_name_until_it_is_synced_an_update_goes_th
     });
     g.wait_written();
     // Written, not synced: a crash now leaves neither the key nor a temporary file of it.
-    assert_eq!(names(&dir), ["vf%2Foutbox%2Fp1.json.lock"]);
+    if unnamed_files {
+        assert_eq!(names(&dir), ["vf%2Foutbox%2Fp1.json.lock"]);
+    } else {
+        assert_eq!(
+            names(&dir),
+            ["vf%2Foutbox%2Fp1.json.lock", "vf%2Foutbox%2Fp1.json.tmp"]
+        );
+    }
     let _ = g.go.send(());
     assert!(creating.await.expect("task").expect("cas"));
     assert_eq!(
