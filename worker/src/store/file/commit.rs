@@ -408,7 +408,7 @@ impl Writer<'_> {
     /// written again as a temporary file, synced and renamed — unless the key exists (a lone
     /// create was not read first; the key's lock keeps it as it is until the rename) — and
     /// later documents go that way from the start.
-    fn name_doc(&mut self, doc: &DocWrite) -> std::io::Result<bool> {
+    fn name_doc(&self, doc: &DocWrite) -> std::io::Result<bool> {
         let bytes = match &doc.staged {
             Staged::Named(tmp) => return fs::rename(tmp, &doc.path).map(|()| true),
             Staged::Unnamed(bytes) => bytes,
@@ -421,11 +421,9 @@ impl Writer<'_> {
                 if doc.path.try_exists()? {
                     return Ok(false);
                 }
-                let tmp = tmp_path(&doc.path);
-                let mut file = File::create(&tmp)?;
-                file.write_all(bytes)?;
+                let (file, tmp) = write_tmp(&doc.path, bytes)?;
                 file.sync_data()?;
-                fs::rename(&tmp, &doc.path).map(|()| true)
+                fs::rename(tmp, &doc.path).map(|()| true)
             }
         }
     }
@@ -472,7 +470,6 @@ fn commit(w: &mut Writer<'_>, shared: &Shared, batch: Vec<Op>) {
     }
     // (1) + (2): locks in name order, then each group's writes.
     let mut locks = Vec::with_capacity(groups.len());
-    let mut unnamed = w.unnamed.load(Ordering::Relaxed);
     let mut docs = Vec::new();
     let mut appends = Vec::new();
     for (lock_name, group) in groups {
@@ -485,7 +482,7 @@ fn commit(w: &mut Writer<'_>, shared: &Shared, batch: Vec<Op>) {
         };
         locks.push(held);
         if let Some((key, items)) = group.key
-            && let Some(doc) = write_doc(root, &key, items, &mut unnamed)
+            && let Some(doc) = write_doc(root, &key, items, w.unnamed)
         {
             docs.push(doc);
         }
@@ -494,9 +491,6 @@ fn commit(w: &mut Writer<'_>, shared: &Shared, batch: Vec<Op>) {
         {
             appends.push(write);
         }
-    }
-    if !unnamed {
-        w.unnamed.store(false, Ordering::Relaxed);
     }
     #[cfg(test)]
     shared.step(Step::Written);
@@ -597,21 +591,32 @@ fn append(logs: &mut Logs, root: &Path, log: &str, items: Vec<AppendItem>) -> Op
 
 /// Applies a key's CASes in order against its document and writes the result to a file
 /// that gets the key's name after the sync ([`Staged`]): an unnamed one when the key did not
-/// exist and `unnamed` allows it, else its tmp file. A CAS that fails to match is answered
-/// `false` at once; `None` when nothing is left to sync.
-fn write_doc(root: &Path, key: &str, items: Vec<CasItem>, unnamed: &mut bool) -> Option<DocWrite> {
+/// exist and `unnamed` ([`Shared::unnamed`]) allows it, else its tmp file. A CAS that fails
+/// to match is answered `false` at once; `None` when nothing is left to sync.
+fn write_doc(
+    root: &Path,
+    key: &str,
+    items: Vec<CasItem>,
+    unnamed: &AtomicBool,
+) -> Option<DocWrite> {
     let path = disk::doc_path(root, key);
+    // A file system without unnamed files is asked once.
+    let unnamed_file = || {
+        if !unnamed.load(Ordering::Relaxed) {
+            return None;
+        }
+        disk::unnamed(root)
+            .inspect_err(|_| unnamed.store(false, Ordering::Relaxed))
+            .ok()
+    };
     // A lone create of a key (an outbox record a message) needs no read: its link fails if
     // the key exists, which answers it as the read would have. The read is a directory
     // lookup that misses every cache, since the key is new.
-    let mut early = None;
-    if *unnamed && matches!(items.as_slice(), [(None, _, _)]) {
-        match disk::unnamed(root) {
-            Ok(f) => early = Some(f),
-            // This file system has no unnamed files: it is asked once.
-            Err(_) => *unnamed = false,
-        }
-    }
+    let early = if matches!(items.as_slice(), [(None, _, _)]) {
+        unnamed_file()
+    } else {
+        None
+    };
     let read = if early.is_some() {
         Ok(None)
     } else {
@@ -648,14 +653,14 @@ fn write_doc(root: &Path, key: &str, items: Vec<CasItem>, unnamed: &mut bool) ->
     };
     let version = doc.version.parse::<u64>().unwrap_or(1);
     let bytes = disk::doc_bytes(&doc.value, version);
-    let unnamed_file = match early {
+    let file = match early {
         Some(f) => Some(f),
-        None if !existed && *unnamed => disk::unnamed(root).inspect_err(|_| *unnamed = false).ok(),
+        None if !existed => unnamed_file(),
         None => None,
     };
-    let written = match unnamed_file {
+    let written = match file {
         Some(mut f) => f.write_all(&bytes).map(|()| (f, Staged::Unnamed(bytes))),
-        None => write_tmp(&path, &bytes),
+        None => write_tmp(&path, &bytes).map(|(f, tmp)| (f, Staged::Named(tmp))),
     };
     match written {
         Ok((f, staged)) => Some(DocWrite {
@@ -671,19 +676,15 @@ fn write_doc(root: &Path, key: &str, items: Vec<CasItem>, unnamed: &mut bool) ->
     }
 }
 
-/// `<file>.json.tmp`, the temporary file 1.0.4 also writes a document to before renaming it.
-fn tmp_path(path: &Path) -> PathBuf {
+/// `bytes` written to `<file>.json.tmp`, the temporary file 1.0.4 also writes a document to
+/// before renaming it over the key; the file and its path.
+fn write_tmp(path: &Path, bytes: &[u8]) -> std::io::Result<(File, PathBuf)> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
-    PathBuf::from(tmp)
-}
-
-/// `bytes` written to the tmp file of the document at `path`.
-fn write_tmp(path: &Path, bytes: &[u8]) -> std::io::Result<(File, Staged)> {
-    let tmp = tmp_path(path);
+    let tmp = PathBuf::from(tmp);
     let mut f = File::create(&tmp)?;
     f.write_all(bytes)?;
-    Ok((f, Staged::Named(tmp)))
+    Ok((f, tmp))
 }
 
 // -- parallel syncs -------------------------------------------------------------------------

@@ -331,6 +331,23 @@ async fn store_4_two_writers_on_one_directory_lose_no_update_and_never_deadlock(
     let _ = fs::remove_dir_all(dir);
 }
 
+/// `s.cas(key, expected, value)` on a task of its own, so the test can hold the writer meanwhile.
+fn spawn_cas(
+    s: &FileStore,
+    key: &'static str,
+    expected: Option<&'static str>,
+    value: &'static [u8],
+) -> tokio::task::JoinHandle<Result<bool, VfError>> {
+    let s = s.clone();
+    tokio::spawn(async move { s.cas(key, expected, value).await })
+}
+
+/// The value and version of `key`, which must exist.
+async fn doc(s: &FileStore, key: &str) -> (Vec<u8>, String) {
+    let v = s.get(key).await.expect("get").expect("present");
+    (v.value, v.version)
+}
+
 /// The names in the store's directory, sorted.
 fn names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(dir)
@@ -350,10 +367,7 @@ async fn store_4_a_new_document_has_no_name_until_it_is_synced_an_update_goes_th
     // back to 1.0.4's temporary file, and that is what this test then sees.
     let unnamed_files = disk::unnamed(&dir).is_ok();
     let g = gate(&s);
-    let creating = tokio::spawn({
-        let s = s.clone();
-        async move { s.cas("vf/outbox/p1", None, b"new").await }
-    });
+    let creating = spawn_cas(&s, "vf/outbox/p1", None, b"new");
     g.wait_written();
     // Written, not synced: a crash now leaves neither the key nor a temporary file of it.
     if unnamed_files {
@@ -375,10 +389,7 @@ async fn store_4_a_new_document_has_no_name_until_it_is_synced_an_update_goes_th
         r#"{"value":"6e6577","version":1}"#
     );
     // A document that exists is replaced the way 1.0.4 replaces it: tmp file, then rename.
-    let updating = tokio::spawn({
-        let s = s.clone();
-        async move { s.cas("vf/outbox/p1", Some("1"), b"resolved").await }
-    });
+    let updating = spawn_cas(&s, "vf/outbox/p1", Some("1"), b"resolved");
     g.wait_written();
     assert!(names(&dir).contains(&"vf%2Foutbox%2Fp1.json.tmp".to_owned()));
     let _ = g.go.send(());
@@ -387,21 +398,16 @@ async fn store_4_a_new_document_has_no_name_until_it_is_synced_an_update_goes_th
         names(&dir),
         ["vf%2Foutbox%2Fp1.json", "vf%2Foutbox%2Fp1.json.lock"]
     );
-    let v = s.get("vf/outbox/p1").await.expect("get").expect("present");
     assert_eq!(
-        (v.value.as_slice(), v.version.as_str()),
-        (b"resolved".as_slice(), "2")
+        doc(&s, "vf/outbox/p1").await,
+        (b"resolved".to_vec(), "2".to_owned())
     );
     // Creating it again is refused (the link finds it) and changes nothing.
-    let again = tokio::spawn({
-        let s = s.clone();
-        async move { s.cas("vf/outbox/p1", None, b"again").await }
-    });
+    let again = spawn_cas(&s, "vf/outbox/p1", None, b"again");
     g.wait_written();
     let _ = g.go.send(());
     assert!(!again.await.expect("task").expect("cas"));
-    let v = s.get("vf/outbox/p1").await.expect("get").expect("present");
-    assert_eq!(v.version, "2");
+    assert_eq!(doc(&s, "vf/outbox/p1").await.1, "2");
     assert_eq!(
         names(&dir),
         ["vf%2Foutbox%2Fp1.json", "vf%2Foutbox%2Fp1.json.lock"]
@@ -415,10 +421,7 @@ async fn store_1_a_create_that_finds_the_key_made_meanwhile_is_refused_and_keeps
     let dir = temp_dir();
     let s = FileStore::new(&dir).expect("store");
     let g = gate(&s);
-    let creating = tokio::spawn({
-        let s = s.clone();
-        async move { s.cas("vf/effect/k", None, b"ours").await }
-    });
+    let creating = spawn_cas(&s, "vf/effect/k", None, b"ours");
     g.wait_written();
     // A writer that does not take the lock creates the key between our read and our link.
     fs::write(
@@ -428,10 +431,9 @@ async fn store_1_a_create_that_finds_the_key_made_meanwhile_is_refused_and_keeps
     .expect("foreign write");
     let _ = g.go.send(());
     assert!(!creating.await.expect("task").expect("cas"));
-    let v = s.get("vf/effect/k").await.expect("get").expect("present");
     assert_eq!(
-        (v.value.as_slice(), v.version.as_str()),
-        (b"theirs".as_slice(), "1")
+        doc(&s, "vf/effect/k").await,
+        (b"theirs".to_vec(), "1".to_owned())
     );
     let _ = fs::remove_dir_all(dir);
 }
@@ -443,32 +445,21 @@ async fn store_4_without_unnamed_files_a_create_goes_through_its_tmp_file_and_ne
     assert!(s.cas("vf/k", None, b"first").await.expect("cas"));
     s.committer.refuse_unnamed();
     let g = gate(&s);
-    let creating = tokio::spawn({
-        let s = s.clone();
-        async move { s.cas("vf/new", None, b"doc").await }
-    });
+    let creating = spawn_cas(&s, "vf/new", None, b"doc");
     g.wait_written();
     assert!(names(&dir).contains(&"vf%2Fnew.json.tmp".to_owned()));
     let _ = g.go.send(());
     assert!(creating.await.expect("task").expect("cas"));
     // A lone create of a key that exists reads it first, so it is refused, not renamed over.
-    let again = tokio::spawn({
-        let s = s.clone();
-        async move { s.cas("vf/k", None, b"second").await }
-    });
+    let again = spawn_cas(&s, "vf/k", None, b"second");
     tokio::task::spawn_blocking(move || {
         while g.reached.recv_timeout(Duration::from_millis(200)).is_ok() {
             let _ = g.go.send(());
         }
     });
     assert!(!again.await.expect("task").expect("cas"));
-    let v = s.get("vf/k").await.expect("get").expect("present");
-    assert_eq!(
-        (v.value.as_slice(), v.version.as_str()),
-        (b"first".as_slice(), "1")
-    );
-    let v = s.get("vf/new").await.expect("get").expect("present");
-    assert_eq!(v.value, b"doc");
+    assert_eq!(doc(&s, "vf/k").await, (b"first".to_vec(), "1".to_owned()));
+    assert_eq!(doc(&s, "vf/new").await.0, b"doc");
     assert!(!names(&dir).iter().any(|n| n.ends_with(".tmp")));
     let _ = fs::remove_dir_all(dir);
 }
