@@ -36,6 +36,11 @@ def fmt(v, digits=1):
     return f"{v:,.{digits}f}"
 
 
+def percent(s):
+    """A spread of fractions as percentages."""
+    return {k: ([x * 100 for x in v] if k == "values" else v * 100) for k, v in s.items()}
+
+
 def rng(s, digits=0):
     if not s or not s.get("values"):
         return "n/a"
@@ -211,6 +216,26 @@ def main():
                 "≥ 25 %", share >= 0.25)
         for who in ("producer", "identity", "sink"):
             row(f"CPU-µs per message with the file ledger, {who}", rng(il[f"cpu_ms_per_1000_{who}"], 1), "—", None)
+        if "cpu_us_per_msg_hop" in il and "cpu_us_per_msg_hop" in ident:
+            row("CPU-µs per message, the whole hop (three stages and the broker): no ledger / file ledger",
+                f"{rng(ident['cpu_us_per_msg_hop'])} / {rng(il['cpu_us_per_msg_hop'])}", "—", None)
+            row("CPU-µs per message, the broker alone: no ledger / file ledger",
+                f"{rng(ident['cpu_us_per_msg_broker'])} / {rng(il['cpu_us_per_msg_broker'])}", "—", None)
+        if il.get("layout_docs_s"):
+            row("STORE-4's records alone on the same disk, two writers, no broker, no worker (docs/s a writer; "
+                "machine CPU-µs a message)", f"{rng(il['layout_docs_s'])}; {rng(il['layout_cpu_us_per_msg'])}",
+                "—", None)
+            row("Identity hop with the file ledger / STORE-4's records alone (same repetition)",
+                rng(percent(il["identity_over_layout"]), 1) + " %",
+                "—", None)
+        if il.get("layout_cpu_us_per_msg") and "cpu_us_per_msg_hop" in ident:
+            # A model, not a measurement: the records' file-system work and the hop's own work
+            # both need the CPUs, so no implementation can exceed the CPUs over their sum.
+            best = (meta.get("nproc") or 2) * 1e6 / (
+                il["layout_cpu_us_per_msg"]["min"] + ident["cpu_us_per_msg_hop"]["min"])
+            summary["ledger_hop_cpu_bound_msgs_s"] = best
+            row("File-ledger hop at best on these CPUs: CPUs ÷ (STORE-4's records alone + the no-ledger hop), "
+                "cheapest repetitions, a model (msg/s)", fmt(best, 0), "—", None)
         if "rss_steady_identity_kib" in il:
             s = il["rss_steady_identity_kib"]
             row("Worker RSS steady with the file ledger, identity at 1 KiB (MiB)",
@@ -230,6 +255,10 @@ def main():
         summary[f"versus_reference_{store}_worst"] = worst
         row(f"Identity hop, {store} ledger: ours ÷ reference, same run (worst repetition)",
             f"{worst:.1f}× (all: {rng(v['ratio'], 1)})", f"≥ {target}×", worst >= target)
+        if store == "file" and "ledger_hop_cpu_bound_msgs_s" in summary:
+            bound = summary["ledger_hop_cpu_bound_msgs_s"] / v["reference_msgs_s"]["median"]
+            row("File-ledger hop at best on these CPUs (the model above) ÷ reference (median)",
+                f"{bound:.1f}×", "—", None)
         row(f"CPU-µs per message, identity, {store} ledger: ours / reference",
             f"{rng(v['ours_cpu_us_per_msg_identity'])} / {rng(v['reference_cpu_us_per_msg_identity'])}", "—", None)
     ov = flow.get("realtime_overload", {})

@@ -867,10 +867,11 @@ fn identity_once(
     }
     let mut b = Bench::new(rt, redis, &yaml)?;
     // `layout`: STORE-4's own rate beside the ledger, before any worker starts.
-    let layout_docs_s = if layout {
-        Some(layout_rate(&b.dir.join("layout"))?)
+    let (layout_docs_s, layout_cpu_us) = if layout {
+        let (rate, cpu) = layout_rate(&b.dir.join("layout"))?;
+        (Some(rate), cpu)
     } else {
-        None
+        (None, None)
     };
     let w_src = Watch::start(rt, b.client(), b.data_subject("src"));
     let w_same = Watch::start(rt, b.client(), b.data_subject("same"));
@@ -883,6 +884,8 @@ fn identity_once(
         .split(',')
         .filter_map(|kv| kv.split_once('='))
         .collect();
+    let broker_before = cpu_ticks(b.nats.pid());
+    let msgs_before = broker_msgs(&b.nats);
     b.spawn_on("same", &stage_env, reference)?;
     b.spawn_on("sink", &[], reference)?;
     // The reference's interpreter takes longer to import and bind.
@@ -896,9 +899,18 @@ fn identity_once(
             .unwrap_or(f64::NAN)
     };
     let sink_rate = n as f64 / span(sink);
+    let broker_us = broker_cpu_us(&b.nats, broker_before, tck, n);
+    let broker_msgs_per_msg = msgs_per(msgs_before, broker_msgs(&b.nats), n);
+    // The whole hop's CPU a message: the three stages and the broker.
+    let hop_us = broker_us.and_then(|broker| {
+        [src, same, sink].iter().try_fold(broker, |sum, p| {
+            Some(sum + cpu_ms((*p)?, tck) * 1e3 / n as f64)
+        })
+    });
     Ok(json!({
         "ok": ok && b.all_ok(),
         "layout_docs_s": layout_docs_s,
+        "layout_cpu_us_per_msg": layout_cpu_us,
         "published_by_identity": w_same.count(),
         "producer_msgs_s": w_src.rate(),
         "identity_msgs_s": w_same.rate(),
@@ -909,6 +921,9 @@ fn identity_once(
             "identity": same.map(|p| cpu_ms(p, tck) * 1000.0 / n as f64),
             "sink": sink.map(|p| cpu_ms(p, tck) * 1000.0 / n as f64),
         },
+        "cpu_us_per_msg_broker": broker_us,
+        "cpu_us_per_msg_hop": hop_us,
+        "broker_msgs_per_msg": broker_msgs_per_msg,
         "rss_max_kib": {
             "producer": src.map(|p| p.rss_max_kib), "identity": same.map(|p| p.rss_max_kib),
             "sink": sink.map(|p| p.rss_max_kib),
@@ -1077,22 +1092,22 @@ fn versus_reference(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f6
 const LAYOUT_DOCS: usize = 2_000;
 /// Documents a writer makes durable together: more than any in-flight window of ours.
 const LAYOUT_BATCH: usize = 256;
-/// Threads that sync one batch's documents in parallel.
-const LAYOUT_SYNC_THREADS: usize = 16;
 
 /// What STORE-4's layout alone gets from the ledger's filesystem in its present state, with
 /// no broker and no worker: two writers (the hop's producer and identity each record one
 /// `outbox/<id>` document per message) in `dir` — a sibling of the hop's ledger directory,
 /// left in place until the bench's directory goes, so no deletion of its own slows the hop
-/// that follows — each document as STORE-4
-/// prescribes — its `.json.lock` created and locked, its `.json.tmp` written, synced, renamed
-/// over `.json` — committed in batches of [`LAYOUT_BATCH`] (syncs in parallel, then the
-/// renames, then one directory sync), the cheapest compliant order. Returns the slower
-/// writer's documents per second. On ext4 without a journal (this machine's `/tmp`) a new
-/// inode costs most right after many were deleted (the allocator skips recently deleted
-/// ones), so the rate swings several-fold between repetitions.
-fn layout_rate(dir: &Path) -> R<f64> {
+/// that follows. Each document is made the cheapest way STORE-4 allows (COMPATIBILITY D25):
+/// its `.json.lock` created and locked, its bytes written to an unnamed file; per batch of
+/// [`LAYOUT_BATCH`] one `syncfs`, the links to `.json`, one directory `fsync`. Returns the
+/// slower writer's documents per second and the whole machine's CPU-µs per document pair
+/// (one message's records; `/proc/stat`, so the kernel's writeback threads count too). On
+/// ext4 without a journal (this machine's `/tmp`) a new inode costs most right after many were
+/// deleted (the allocator skips recently deleted ones), so the rate swings several-fold
+/// between repetitions.
+fn layout_rate(dir: &Path) -> R<(f64, Option<f64>)> {
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let busy_before = machine_busy_ticks();
     let rates: Vec<R<f64>> = std::thread::scope(|s| {
         let writers: Vec<_> = ["src", "same"]
             .iter()
@@ -1106,16 +1121,38 @@ fn layout_rate(dir: &Path) -> R<f64> {
             })
             .collect()
     });
-    rates
+    let cpu_us = busy_before
+        .zip(machine_busy_ticks())
+        .map(|(a, z)| z.saturating_sub(a) as f64 * 1e6 / clk_tck() / LAYOUT_DOCS as f64);
+    let rate = rates
         .into_iter()
-        .try_fold(f64::INFINITY, |min, r| r.map(|r| min.min(r)))
+        .try_fold(f64::INFINITY, |min, r| r.map(|r| min.min(r)))?;
+    Ok((rate, cpu_us))
+}
+
+/// Ticks every CPU of the machine spent busy (`/proc/stat`: all but idle and iowait).
+fn machine_busy_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let cpu: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal …
+    let total: u64 = cpu.iter().take(8).sum();
+    Some(total - cpu.get(3)? - cpu.get(4)?)
 }
 
 /// One writer of [`layout_rate`]: [`LAYOUT_DOCS`] documents named as 1.0.4 names a
 /// node's outbox records, with a value the size of one (hex JSON, ~300 bytes).
 fn layout_writer(dir: &Path, writer: &str) -> R<f64> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
     let io = |e: std::io::Error| e.to_string();
     let value = format!("{{\"value\":\"{}\",\"version\":1}}", "7b".repeat(140));
+    let d = File::open(dir).map_err(io)?;
     let t = Instant::now();
     for start in (0..LAYOUT_DOCS).step_by(LAYOUT_BATCH) {
         let mut batch = Vec::with_capacity(LAYOUT_BATCH);
@@ -1128,27 +1165,27 @@ fn layout_writer(dir: &Path, writer: &str) -> R<f64> {
                 .open(dir.join(format!("{stem}.json.lock")))
                 .map_err(io)?;
             lock.lock().map_err(io)?;
-            let tmp = dir.join(format!("{stem}.json.tmp"));
-            let mut f = File::create(&tmp).map_err(io)?;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .mode(0o666)
+                .custom_flags(nix::libc::O_TMPFILE)
+                .open(dir)
+                .map_err(io)?;
             std::io::Write::write_all(&mut f, value.as_bytes()).map_err(io)?;
-            batch.push((lock, f, tmp, dir.join(format!("{stem}.json"))));
+            batch.push((lock, f, dir.join(format!("{stem}.json"))));
         }
-        let per = batch.len().div_ceil(LAYOUT_SYNC_THREADS);
-        std::thread::scope(|s| {
-            let syncs: Vec<_> = batch
-                .chunks(per)
-                .map(|part| s.spawn(move || part.iter().try_for_each(|(_, f, _, _)| f.sync_data())))
-                .collect();
-            syncs.into_iter().try_for_each(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(std::io::Error::other("sync panicked")))
-            })
-        })
-        .map_err(io)?;
-        for (_lock, _f, tmp, path) in &batch {
-            std::fs::rename(tmp, path).map_err(io)?;
+        nix::unistd::syncfs(&d).map_err(|e| io(e.into()))?;
+        for (_lock, f, path) in &batch {
+            nix::unistd::linkat(
+                nix::fcntl::AT_FDCWD,
+                format!("/proc/self/fd/{}", f.as_raw_fd()).as_str(),
+                nix::fcntl::AT_FDCWD,
+                path,
+                nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
+            )
+            .map_err(|e| io(e.into()))?;
         }
-        File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+        d.sync_all().map_err(io)?;
     }
     Ok(LAYOUT_DOCS as f64 / t.elapsed().as_secs_f64())
 }
@@ -1187,14 +1224,18 @@ fn identity(
         )?;
         let layout = r["layout_docs_s"].as_f64();
         log(format!(
-            "identity{} rep {rep}: identity {:.0} msg/s, producer {:.0} msg/s, cpu µs/msg identity {:.0}{}, ok {}",
+            "identity{} rep {rep}: identity {:.0} msg/s, producer {:.0} msg/s, cpu µs/msg identity {:.0}, hop with the broker {:.0}{}, ok {}",
             if ledger { " (file ledger)" } else { "" },
             r["identity_msgs_s"].as_f64().unwrap_or(f64::NAN),
             r["producer_msgs_s"].as_f64().unwrap_or(f64::NAN),
             r["cpu_ms_per_1000"]["identity"]
                 .as_f64()
                 .unwrap_or(f64::NAN),
-            layout.map_or(String::new(), |d| format!(", STORE-4 alone {d:.0} docs/s")),
+            r["cpu_us_per_msg_hop"].as_f64().unwrap_or(f64::NAN),
+            layout.map_or(String::new(), |d| format!(
+                ", STORE-4 alone {d:.0} docs/s a writer ({:.0} machine CPU-µs a message)",
+                r["layout_cpu_us_per_msg"].as_f64().unwrap_or(f64::NAN)
+            )),
             r["ok"]
         ));
         runs.push(r);
@@ -1209,6 +1250,8 @@ fn identity(
         "cpu_ms_per_1000_identity": spread(&col(&|r| r["cpu_ms_per_1000"]["identity"].as_f64())),
         "cpu_ms_per_1000_producer": spread(&col(&|r| r["cpu_ms_per_1000"]["producer"].as_f64())),
         "cpu_ms_per_1000_sink": spread(&col(&|r| r["cpu_ms_per_1000"]["sink"].as_f64())),
+        "cpu_us_per_msg_broker": spread(&col(&|r| r["cpu_us_per_msg_broker"].as_f64())),
+        "cpu_us_per_msg_hop": spread(&col(&|r| r["cpu_us_per_msg_hop"].as_f64())),
         "rss_steady_identity_kib": spread(&col(&|r| r["rss_max_kib"]["identity"].as_f64())),
         "layout_docs_s": if ledger { spread(&col(&|r| r["layout_docs_s"].as_f64())) } else { Json::Null },
         "identity_over_layout": if ledger {
@@ -1216,7 +1259,8 @@ fn identity(
         } else {
             Json::Null
         },
-        "layout": {"docs_per_writer": LAYOUT_DOCS, "batch": LAYOUT_BATCH, "sync_threads": LAYOUT_SYNC_THREADS},
+        "layout_cpu_us_per_msg": if ledger { spread(&col(&|r| r["layout_cpu_us_per_msg"].as_f64())) } else { Json::Null },
+        "layout": {"docs_per_writer": LAYOUT_DOCS, "batch": LAYOUT_BATCH, "form": "D25: lock, unnamed file, syncfs, link, directory fsync"},
         "runs": runs,
     }))
 }
