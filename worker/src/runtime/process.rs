@@ -89,10 +89,12 @@ pub(crate) struct Submitted {
 }
 
 /// A group's second half that ended well: its output's outcome (none for a consumer or a
-/// processor without children) and how many handles were acked.
+/// processor without children), how many handles were acked and how many were handed back
+/// because the ledger could not note them as received (`Held::noted`).
 pub(crate) struct Settled {
     outcome: Option<PublishOutcome>,
     acked: u64,
+    handed_back: u64,
 }
 
 impl Loop<'_> {
@@ -426,6 +428,14 @@ impl Loop<'_> {
         result: Result<Settled, VfError>,
     ) -> Result<(), VfError> {
         match result {
+            Ok(settled) if settled.handed_back > 0 => {
+                // The ledger refused the inputs' received notes: they went back for a retry,
+                // as they would have before the node ran — neither a success nor a failed
+                // group (ERR-5a counts the node's failures, not the ledger's).
+                self.settler.counts.acked += settled.acked;
+                self.settler.counts.nacked += settled.handed_back;
+                Ok(())
+            }
             Ok(settled) => {
                 self.settler.counts.acked += settled.acked;
                 if let Some(outcome) = &settled.outcome {
@@ -572,9 +582,29 @@ fn settle_after(
     blob: Option<BlobStore>,
 ) -> impl Future<Output = Result<Settled, VfError>> {
     OptionFuture::from(pending.map(Pending::confirm)).then(move |receipt| async move {
-        let outcome = receipt.transpose()?;
+        let all = u64::try_from(handles.len()).unwrap_or(u64::MAX);
+        let outcome = match receipt.transpose() {
+            Ok(outcome) => outcome,
+            // A publication that failed while the ledger also refused its inputs' received
+            // notes (a store outage): the inputs go back as those notes' failure sends them.
+            Err(e) => {
+                return if Box::pin(settle::hand_back_if_unnoted(&handles)).await {
+                    Ok(Settled {
+                        outcome: None,
+                        acked: 0,
+                        handed_back: all,
+                    })
+                } else {
+                    Err(e)
+                };
+            }
+        };
         let acked = settle::ack_all(&handles, blob.as_ref()).await;
-        Ok(Settled { outcome, acked })
+        Ok(Settled {
+            outcome,
+            acked,
+            handed_back: all - acked,
+        })
     })
 }
 

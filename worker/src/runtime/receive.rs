@@ -33,7 +33,7 @@ use crate::drain::{DrainTracker, PendingCounts, Recorded, TerminatorKind};
 use crate::faults::{Barrier, soft_barrier};
 use crate::join::{Entry, GroupInput, JoinAssembler, ReadyGroup};
 use crate::runtime::settle::{Held, Settler};
-use crate::store::RunLedger;
+use crate::store::{PendingWrite, RunLedger};
 
 /// How long one receive waits for deliveries before re-checking the stop conditions.
 const POLL: Duration = Duration::from_secs(1);
@@ -279,8 +279,9 @@ impl Receiver {
 
     /// Folds a batch of deliveries in order: data into the join, terminators into the drain.
     /// Under a ledger the DATA ids of the whole batch are noted as received together first —
-    /// one ledger write for the batch instead of one per delivery, and still each one
-    /// recorded before anything else happens to its delivery (EOS-7 (b)).
+    /// one ledger write for the batch instead of one per delivery, started before any of them
+    /// goes on and awaited before any of them is settled for good (EOS-7 (b), `Held::noted`)
+    /// or, for a node without children, before its effect.
     async fn fold_all(&mut self, batch: Vec<Delivery>, settler: &mut Settler) {
         let mut steps = Vec::with_capacity(batch.len());
         for d in batch {
@@ -293,35 +294,35 @@ impl Receiver {
                 }
             }
         }
-        let mut noted = self.note_received(&steps).await.into_iter();
+        let mut noted = self.note_received(&steps).into_iter();
         for step in steps {
             match step {
                 Step::Terminator(d) => self.fold_terminator(d).await,
-                Step::Data(admitted) => match noted.next().flatten() {
-                    None => self.fold_data(*admitted, settler).await,
-                    Some(e) => {
-                        // A delivery that cannot be noted is handed back (DELIV-7 delay):
-                        // counted short, the barrier would wait for it forever.
-                        let parent = self.parent_name(admitted.parent);
-                        tracing::warn!(parent = %parent, "received id not recorded, handed back: {}", e.log_line());
-                        let held = &admitted.held;
-                        let delay = nak_delay_seconds(held.num_delivered, random_jitter());
-                        held.handle.nak(Some(Duration::from_secs_f64(delay))).await;
+                Step::Data(mut admitted) => {
+                    admitted.held.noted = noted.next().flatten();
+                    // A node whose work is an effect (a consumer, or a processor with no
+                    // children) does it only once its input is noted: a note that fails
+                    // after the effect would hand the input back for a second one. A
+                    // processor's publications carry their ids, so a second one is
+                    // deduplicated and its work need not wait.
+                    if !self.cfg.has_children && !admitted.held.noted_or_handed_back().await {
+                        continue;
                     }
-                },
+                    self.fold_data(*admitted, settler).await;
+                }
             }
         }
     }
 
-    /// EOS-7 (b): notes the id of every admitted DATA delivery of a batch in the ledger,
-    /// one write per parent, all parents at once. One entry per DATA step, in order: the
-    /// error that kept it from being noted, if any.
+    /// EOS-7 (b): starts noting the id of every admitted DATA delivery of a batch in the
+    /// ledger, one write per parent, all parents at once. One entry per DATA step, in order:
+    /// the write its settlement waits for, if its parent is counted.
     ///
     /// Only for parents the barrier governs ([`Receiver::barrier_replicas`]): the ids are its
     /// count and nothing else reads them (nor does 1.0.4, whose barrier excludes REALTIME
     /// too). A REALTIME run — a live source, for days — thus keeps no received-id set or log
     /// at all; its parents end by EOS-3 as before.
-    async fn note_received(&self, steps: &[Step]) -> Vec<Option<VfError>> {
+    fn note_received(&self, steps: &[Step]) -> Vec<Option<PendingWrite>> {
         let data: Vec<&Admitted> = steps
             .iter()
             .filter_map(|s| match s {
@@ -339,21 +340,30 @@ impl Receiver {
             .collect();
         parents.sort_unstable();
         parents.dedup();
-        let writes = parents.iter().map(|&p| {
-            let ids: Vec<&str> = data
-                .iter()
-                .filter(|a| a.parent == p)
-                .map(|a| a.held.message_id.as_str())
-                .collect();
-            let durable = self.data_durables[p].name.as_str();
-            let parent = self.parent_name(p);
-            async move { ledger.record_received_all(parent, durable, &ids).await }
-        });
-        let results = futures::future::join_all(writes).await;
+        let writes: Vec<PendingWrite> = parents
+            .iter()
+            .map(|&p| {
+                let ids: Vec<String> = data
+                    .iter()
+                    .filter(|a| a.parent == p)
+                    .map(|a| a.held.message_id.clone())
+                    .collect();
+                let durable = self.data_durables[p].name.clone();
+                let parent = self.parent_name(p).to_owned();
+                let ledger = ledger.clone();
+                PendingWrite::spawn(async move {
+                    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+                    ledger
+                        .record_received_all(&parent, &durable, &ids)
+                        .await
+                        .map(drop)
+                })
+            })
+            .collect();
         data.iter()
             .map(|a| {
                 let i = parents.iter().position(|&p| p == a.parent)?;
-                results[i].as_ref().err().cloned()
+                Some(writes[i].clone())
             })
             .collect()
     }
@@ -435,6 +445,7 @@ impl Receiver {
             num_delivered: d.num_delivered,
             blob_ref: None,
             message_id,
+            noted: None,
         };
         let env = match envelope::decode_bytes(d.payload.clone()) {
             Ok(env) => env,
@@ -477,8 +488,12 @@ impl Receiver {
             let nb = u32::try_from(self.cfg.nb_tasks).unwrap_or(u32::MAX);
             let owner = partition::owner(key.as_deref(), nb, KeyPolicy::Reject);
             if !owner.is_owned_by(self.replica()) {
-                // PART-4: ack and skip before any blob fetch; after a confirmed ack this
-                // replica's share of an offloaded payload is released (BLOB-6).
+                // PART-4: ack and skip before any blob fetch — once the id is noted — and
+                // after a confirmed ack release this replica's share of an offloaded payload
+                // (BLOB-6).
+                if !held.noted_or_handed_back().await {
+                    return;
+                }
                 let confirmed = held.handle.ack().await.is_confirmed();
                 if confirmed && let (Some(store), Some(r)) = (&self.blob, env.blob_ref()) {
                     store.release(r).await;

@@ -15,35 +15,60 @@ use crate::blob::BlobStore;
 use crate::broker::{Broker, DeadLetter, DeadLetterOutcome, DeliveryHandle, publish_dead_letter};
 use crate::delivery::{DlqSampler, FailureAction, failure_action, random_jitter};
 use crate::join::Resolution;
-use crate::store::RunLedger;
 use crate::store::ledger::{PendingHandoff, TerminalRecord};
+use crate::store::{PendingWrite, RunLedger};
 
 /// NAK delay for a dead letter the DLQ did not accept (DELIV-8).
 const DLQ_RETRY_DELAY: Duration = Duration::from_secs(5);
 
 /// DELIV-2: acks every handle of a group at once (each waits for its confirmation) and
-/// releases the blob share of each confirmed ack (BLOB-6); returns how many were acked.
+/// releases the blob share of each confirmed ack (BLOB-6); returns how many were acked
+/// (the others were handed back: [`Held::noted_or_handed_back`]).
 pub(crate) async fn ack_all(held: &[Held], blob: Option<&BlobStore>) -> u64 {
     match held {
         // A group of one (every single-parent node's) needs no join of futures.
-        [one] => ack_one(one, blob).await,
+        [one] => u64::from(ack_one(one, blob).await),
         // Boxed here and below: rare paths kept out of the per-message settlement future.
-        _ => {
-            Box::pin(futures::future::join_all(
-                held.iter().map(|h| ack_one(h, blob)),
-            ))
-            .await;
-        }
+        _ => Box::pin(futures::future::join_all(
+            held.iter().map(|h| ack_one(h, blob)),
+        ))
+        .await
+        .into_iter()
+        .map(u64::from)
+        .sum(),
     }
-    u64::try_from(held.len()).unwrap_or(u64::MAX)
 }
 
-/// Acks one handle; an unconfirmed ack keeps its blob obligation (DELIV-1).
-async fn ack_one(h: &Held, blob: Option<&BlobStore>) {
+/// Acks one handle once its id is noted as received; an unconfirmed ack keeps its blob
+/// obligation (DELIV-1). `false` when it was handed back instead.
+async fn ack_one(h: &Held, blob: Option<&BlobStore>) -> bool {
+    // Boxed: kept out of the per-message settlement future, and only under a ledger.
+    if h.noted.is_some() && !Box::pin(h.noted_or_handed_back()).await {
+        return false;
+    }
     let confirmed = h.handle.ack().await.is_confirmed();
     if confirmed && let (Some(store), Some(r)) = (blob, &h.blob_ref) {
         Box::pin(store.release(r)).await;
     }
+    true
+}
+
+/// When any of `held` could not be noted as received, hands every one of them back (DELIV-7
+/// delay) and says so; waits for their notes first.
+pub(crate) async fn hand_back_if_unnoted(held: &[Held]) -> bool {
+    let mut unnoted = false;
+    for h in held {
+        if let Some(noted) = &h.noted {
+            unnoted |= noted.outcome().await.is_err();
+        }
+    }
+    if unnoted {
+        for h in held {
+            let delay = crate::delivery::nak_delay_seconds(h.num_delivered, random_jitter());
+            h.handle.nak(Some(Duration::from_secs_f64(delay))).await;
+        }
+    }
+    unnoted
 }
 
 /// One delivery backing a group member: its handle plus what a dead letter needs.
@@ -57,6 +82,28 @@ pub(crate) struct Held {
     /// The delivery's message id (`Nats-Msg-Id`, else `{stream}:{seq}`): the key of its
     /// attempt count and terminal record.
     pub(crate) message_id: String,
+    /// Its id's note in the received log, when the EOS-7 barrier counts its parent: started
+    /// when its batch was fetched, awaited before it is acked, dead-lettered or terminated, so
+    /// no id is settled for good before it is durable there and the node never waits for it.
+    pub(crate) noted: Option<PendingWrite>,
+}
+
+impl Held {
+    /// Waits until this delivery's id is durable in its received log. `false` when it could
+    /// not be written: the delivery is then handed back (DELIV-7 delay) — settled uncounted,
+    /// the barrier would wait for it forever.
+    pub(crate) async fn noted_or_handed_back(&self) -> bool {
+        let Some(noted) = &self.noted else {
+            return true;
+        };
+        let Err(e) = noted.outcome().await else {
+            return true;
+        };
+        tracing::warn!(message_id = %self.message_id, "received id not recorded, handed back: {}", e.log_line());
+        let delay = crate::delivery::nak_delay_seconds(self.num_delivered, random_jitter());
+        self.handle.nak(Some(Duration::from_secs_f64(delay))).await;
+        false
+    }
 }
 
 /// What the loops settled, by outcome (§12 names), kept for the debug log of a loop's end.
@@ -116,8 +163,11 @@ impl Settler {
     }
 
     async fn ack(&mut self, h: &Held) {
-        ack_one(h, self.blob.as_ref()).await;
-        self.counts.acked += 1;
+        if ack_one(h, self.blob.as_ref()).await {
+            self.counts.acked += 1;
+        } else {
+            self.counts.nacked += 1;
+        }
     }
 
     /// Carries out the join's decisions (JOIN-5/9/21).
@@ -208,6 +258,10 @@ impl Settler {
     /// DELIV-15: TERM with a record reference — a terminal record appended to the ledger. A
     /// record that cannot be written keeps the message (NAK 5 s): a TERM never goes unrecorded.
     async fn terminate(&mut self, h: &Held, error: &VfError, reason: &str) {
+        if !h.noted_or_handed_back().await {
+            self.counts.nacked += 1;
+            return;
+        }
         let record = TerminalRecord {
             message_id: &h.message_id,
             stream_seq: h.stream_seq,
@@ -270,6 +324,10 @@ impl Settler {
 
     /// DELIV-8: the original bytes to the DLQ, then TERM; not accepted ⇒ NAK 5 s, never lost.
     async fn dead_letter(&mut self, h: &Held, error: &VfError) {
+        if !h.noted_or_handed_back().await {
+            self.counts.nacked += 1;
+            return;
+        }
         let letter = DeadLetter::from_error(
             &self.flow,
             &self.run,

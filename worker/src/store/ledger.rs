@@ -31,7 +31,7 @@ use serde_json::{Map, Value as Json, json};
 use videoflow_core::envelope::WireError;
 use videoflow_core::errors::{Disposition, ErrorCode, VfError};
 
-use super::{CAS_ATTEMPTS, RuntimeStore};
+use super::{CAS_ATTEMPTS, PendingWrite, RuntimeStore};
 use crate::drain::TerminatorKind;
 
 /// The prefix of every record of run `run` of flow `flow`: `vf/{flow}/{run}/` (every node's
@@ -111,7 +111,9 @@ struct Inner {
     durable_shared: bool,
     /// Mirrors of what this replica wrote, so the hot paths need no re-read.
     received: Mutex<HashMap<(String, String), HashSet<String>>>,
-    received_writes: tokio::sync::Mutex<()>,
+    /// The received-id appends in flight ([`RunLedger::record_received_all`]); the lock puts
+    /// the calls' set updates in turn.
+    received_writes: tokio::sync::Mutex<Vec<PendingWrite>>,
     published: Mutex<HashSet<String>>,
     /// Terminal records numbered but not stored (a process-local ledger).
     terminal_unstored: AtomicU64,
@@ -161,7 +163,7 @@ impl RunLedger {
                 nb_tasks: nb_tasks.max(1),
                 durable_shared,
                 received: Mutex::new(HashMap::new()),
-                received_writes: tokio::sync::Mutex::new(()),
+                received_writes: tokio::sync::Mutex::new(Vec::new()),
                 published: Mutex::new(HashSet::new()),
                 terminal_unstored: AtomicU64::new(0),
             }),
@@ -282,50 +284,89 @@ impl RunLedger {
     /// when this returns, so none of them is acked before it is recorded (EOS-7 (b)). One
     /// answer per id, in order: `true` when it was new (a repeat within `ids` is not).
     ///
+    /// Calls overlap: each takes its ids into the set and starts its append in turn, then
+    /// waits for its own append — and, when it has ids an earlier call put in the set, for
+    /// every append still in flight, so such an id is in the log by the time this call
+    /// answers `false` for it. The appends of a fetch window thus share the store's group
+    /// commits instead of queueing for one each.
+    ///
     /// # Errors
-    /// `VF_TRANSIENT` when the store cannot be read or appended to; then none of the new ids
-    /// counts as noted, so a redelivery notes them again.
+    /// `VF_TRANSIENT` when the store cannot be read or appended to, here or in an append it
+    /// waited for; then none of this call's new ids counts as noted, so a redelivery notes
+    /// them again.
     pub async fn record_received_all(
         &self,
         parent: &str,
         durable: &str,
         ids: &[&str],
     ) -> Result<Vec<bool>, VfError> {
-        // One batch at a time: an id another call has put in the set is in the log by the time
-        // this call can answer `false` for it.
-        let _one_at_a_time = self.inner.received_writes.lock().await;
         let slot = (parent.to_owned(), durable.to_owned());
         let log = self.received_log(parent, durable, self.inner.replica);
-        let loaded = self.lock_received().contains_key(&slot);
-        if !loaded {
-            let ids = self.read_ids(&log).await?;
-            self.lock_received().entry(slot.clone()).or_insert(ids);
-        }
-        let fresh: Vec<bool> = {
-            let mut received = self.lock_received();
-            let seen = received.entry(slot.clone()).or_default();
-            ids.iter().map(|id| seen.insert((*id).to_owned())).collect()
+        let (fresh, own, earlier) = {
+            let mut in_flight = self.inner.received_writes.lock().await;
+            in_flight.retain(|w| !w.is_done());
+            let loaded = self.lock_received().contains_key(&slot);
+            if !loaded {
+                let ids = self.read_ids(&log).await?;
+                self.lock_received().entry(slot.clone()).or_insert(ids);
+            }
+            let fresh: Vec<bool> = {
+                let mut received = self.lock_received();
+                let seen = received.entry(slot.clone()).or_default();
+                ids.iter().map(|id| seen.insert((*id).to_owned())).collect()
+            };
+            let new: HashSet<&str> = ids
+                .iter()
+                .zip(&fresh)
+                .filter(|(_, new)| **new)
+                .map(|(id, _)| *id)
+                .collect();
+            let has_older = ids.iter().any(|id| !new.contains(id));
+            let earlier = if has_older {
+                in_flight.clone()
+            } else {
+                Vec::new()
+            };
+            let own = (!new.is_empty()).then(|| {
+                let ledger = self.clone();
+                // In the order the ids came, so the log reads as they were delivered.
+                let mut new_ids: Vec<String> = Vec::with_capacity(new.len());
+                for (id, _) in ids.iter().zip(&fresh).filter(|(_, new)| **new) {
+                    new_ids.push((*id).to_owned());
+                }
+                let write = PendingWrite::spawn(async move {
+                    ledger.append_received(&log, slot, new_ids).await
+                });
+                in_flight.push(write.clone());
+                write
+            });
+            (fresh, own, earlier)
         };
-        let records: Vec<Vec<u8>> = ids
-            .iter()
-            .zip(&fresh)
-            .filter(|(_, new)| **new)
-            .map(|(id, _)| id.as_bytes().to_vec())
-            .collect();
-        if records.is_empty() {
-            return Ok(fresh);
+        for write in own.iter().chain(&earlier) {
+            write.outcome().await?;
         }
-        if let Err(e) = self.inner.store.append_all(&log, records).await {
-            // Not in the log, so not noted: a redelivery must append them again.
+        Ok(fresh)
+    }
+
+    /// Appends `new` ids to the received `log` of `slot`; on failure takes them out of the
+    /// set again (not in the log, so not noted: a redelivery must append them again).
+    async fn append_received(
+        &self,
+        log: &str,
+        slot: (String, String),
+        new: Vec<String>,
+    ) -> Result<(), VfError> {
+        let records = new.iter().map(|id| id.as_bytes().to_vec()).collect();
+        if let Err(e) = self.inner.store.append_all(log, records).await {
             let mut received = self.lock_received();
             if let Some(seen) = received.get_mut(&slot) {
-                for (id, _) in ids.iter().zip(&fresh).filter(|(_, new)| **new) {
-                    seen.remove(*id);
+                for id in &new {
+                    seen.remove(id);
                 }
             }
             return Err(e);
         }
-        Ok(fresh)
+        Ok(())
     }
 
     /// The number of distinct ids delivered from `parent` on `durable`: the union over this

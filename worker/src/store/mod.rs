@@ -15,6 +15,7 @@
 //! - `kv` — what every backend returns: versioned values, scan rows, the unreachable error.
 //! - [`ledger`] — the run ledger's records: terminators, received ids, published ids, completions, effect markers (§11.2).
 //! - [`unobserved`] — the WARNING and the fix when a store's durability cannot be read back.
+//! - `pending` — a ledger write in flight that several parties wait for (EOS-7 (b) notes).
 //!
 //! The interface is STORE-1's: versions are opaque strings minted by the store; `cas` with
 //! no expected version creates; `delete` with no expected version deletes unconditionally.
@@ -24,6 +25,7 @@ mod kv;
 pub mod lease;
 pub mod ledger;
 pub mod memory;
+mod pending;
 pub mod redis;
 pub mod tls;
 pub mod unobserved;
@@ -37,6 +39,7 @@ pub use kv::{Purged, ScanRow, Versioned};
 pub use lease::{LeaseHolder, SlotClaim, claim_slot};
 pub use ledger::RunLedger;
 pub use memory::MemoryStore;
+pub use pending::PendingWrite;
 pub use redis::{RedisStore, redis_durability};
 
 pub use crate::config::DEFAULT_RUNTIME_STORE_URL;

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::store::{FileStore, MemoryStore};
+use std::time::Duration;
 
 fn file_store() -> (RuntimeStore, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("vf-ledger-{}", uuid::Uuid::new_v4().simple()));
@@ -486,5 +487,58 @@ async fn eos_7_an_outbox_record_created_without_a_read_still_keeps_an_existing_o
     assert_eq!(v.version, "2");
     assert_eq!(doc(&store, "vf/f/r/det/outbox/m10").await["seq"], 13);
     assert_eq!(ledger(&store, 0, 1).await.published_count(), 2);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn eos_7_an_id_an_earlier_note_took_is_answered_only_once_that_note_is_in_the_log() {
+    let (store, dir) = file_store();
+    let l = ledger(&store, 0, 1).await;
+    // Make the log exist, then hold its lock the way another writer would (STORE-4): the
+    // next append waits for it.
+    l.record_received_all("cam", "d", &["a"])
+        .await
+        .expect("note");
+    let lock_path = dir.join("log:vf%2Ff%2Fr%2Fdet%2Freceived%2Fcam%2Fd%2Fr0.json.lock");
+    let held = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&lock_path)
+        .expect("the log's lock file");
+    held.lock().expect("hold the log's lock");
+    let first = tokio::spawn({
+        let l = l.clone();
+        async move { l.record_received_all("cam", "d", &["b", "c"]).await }
+    });
+    // Let the first call take its ids into the set and start its (stalled) append.
+    let started = std::time::Instant::now();
+    while l.received_count("cam", "d").await.expect("count") < 3 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "b and c never taken"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // `c` is the first call's: this one, with nothing of its own to append, may answer
+    // `false` for it only once it is in the log.
+    let second = tokio::spawn({
+        let l = l.clone();
+        async move { l.record_received_all("cam", "d", &["c"]).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !second.is_finished() && !first.is_finished(),
+        "answered while the append that holds c is still waiting for the log's lock"
+    );
+    drop(held);
+    assert_eq!(first.await.expect("task").expect("note"), [true, true]);
+    assert_eq!(second.await.expect("task").expect("note"), [false]);
+    let log = "vf/f/r/det/received/cam/d/r0";
+    let mut lines = store.log_entries(log).await.expect("log");
+    lines.sort();
+    assert_eq!(
+        lines,
+        [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()],
+        "every id once"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
