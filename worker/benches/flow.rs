@@ -1206,6 +1206,11 @@ fn identity(
     } else {
         o.pick(20_000, 3_000)
     };
+    // `VF_BENCH_CREDIT=m`: both hops with `credit.messages = m` on the identity and the sink
+    // (an A/B of the default against another credit, alternated by hand).
+    let credit = std::env::var("VF_BENCH_CREDIT")
+        .ok()
+        .and_then(|v| v.parse().ok());
     let mut runs = Vec::new();
     for rep in 0..o.reps {
         // With the ledger, STORE-4's own rate on this filesystem just before the hop, beside
@@ -1219,6 +1224,7 @@ fn identity(
             ledger,
             HopRun {
                 layout: ledger,
+                credit,
                 ..HopRun::ours()
             },
         )?;
