@@ -1148,8 +1148,7 @@ fn machine_busy_ticks() -> Option<u64> {
 /// One writer of [`layout_rate`]: [`LAYOUT_DOCS`] documents named as 1.0.4 names a
 /// node's outbox records, with a value the size of one (hex JSON, ~300 bytes).
 fn layout_writer(dir: &Path, writer: &str) -> R<f64> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::OpenOptionsExt;
+    use videoflow_worker::store::file::{lock, name_unnamed, unnamed};
     let io = |e: std::io::Error| e.to_string();
     let value = format!("{{\"value\":\"{}\",\"version\":1}}", "7b".repeat(140));
     let d = File::open(dir).map_err(io)?;
@@ -1158,32 +1157,14 @@ fn layout_writer(dir: &Path, writer: &str) -> R<f64> {
         let mut batch = Vec::with_capacity(LAYOUT_BATCH);
         for k in start..(start + LAYOUT_BATCH).min(LAYOUT_DOCS) {
             let stem = format!("vf%2Fbench%2Frun%2F{writer}%2Foutbox%2F{k:016x}");
-            let lock = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(dir.join(format!("{stem}.json.lock")))
-                .map_err(io)?;
-            lock.lock().map_err(io)?;
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .mode(0o666)
-                .custom_flags(nix::libc::O_TMPFILE)
-                .open(dir)
-                .map_err(io)?;
+            let held = lock(dir, &format!("{stem}.json.lock")).map_err(io)?;
+            let mut f = unnamed(dir).map_err(io)?;
             std::io::Write::write_all(&mut f, value.as_bytes()).map_err(io)?;
-            batch.push((lock, f, dir.join(format!("{stem}.json"))));
+            batch.push((held, f, dir.join(format!("{stem}.json"))));
         }
         nix::unistd::syncfs(&d).map_err(|e| io(e.into()))?;
-        for (_lock, f, path) in &batch {
-            nix::unistd::linkat(
-                nix::fcntl::AT_FDCWD,
-                format!("/proc/self/fd/{}", f.as_raw_fd()).as_str(),
-                nix::fcntl::AT_FDCWD,
-                path,
-                nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
-            )
-            .map_err(|e| io(e.into()))?;
+        for (_held, f, path) in &batch {
+            name_unnamed(f, path).map_err(io)?;
         }
         d.sync_all().map_err(io)?;
     }

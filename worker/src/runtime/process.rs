@@ -428,18 +428,17 @@ impl Loop<'_> {
         result: Result<Settled, VfError>,
     ) -> Result<(), VfError> {
         match result {
-            Ok(settled) if settled.handed_back > 0 => {
-                // The ledger refused the inputs' received notes: they went back for a retry,
-                // as they would have before the node ran — neither a success nor a failed
-                // group (ERR-5a counts the node's failures, not the ledger's).
-                self.settler.counts.acked += settled.acked;
-                self.settler.counts.nacked += settled.handed_back;
-                Ok(())
-            }
             Ok(settled) => {
                 self.settler.counts.acked += settled.acked;
                 if let Some(outcome) = &settled.outcome {
                     self.output.record(outcome);
+                }
+                if settled.handed_back > 0 {
+                    // The ledger refused the inputs' received notes: they went back for a
+                    // retry, as they would have before the node ran — neither a success nor
+                    // a failed group (ERR-5a counts the node's failures, not the ledger's).
+                    self.settler.counts.nacked += settled.handed_back;
+                    return Ok(());
                 }
                 health::record(|m| m.incr("messages_processed", 1));
                 self.supervision.deadline.record_progress();

@@ -27,7 +27,6 @@ use crate::broker::{
     BoundDurable, Broker, Delivery, DeliveryHandle, DeliveryKind, Inbox, StopFlag,
 };
 use crate::config::WorkerConfig;
-use crate::delivery::{nak_delay_seconds, random_jitter};
 use crate::drain::BarrierCheck;
 use crate::drain::{DrainTracker, PendingCounts, Recorded, TerminatorKind};
 use crate::faults::{Barrier, soft_barrier};
@@ -714,8 +713,7 @@ impl Receiver {
 /// (DELIV-15).
 async fn fail_fetch(held: Held, err: &VfError, settler: &mut Settler) {
     if err.disposition == Some(Disposition::Transient) {
-        let delay = nak_delay_seconds(held.num_delivered, random_jitter());
-        held.handle.nak(Some(Duration::from_secs_f64(delay))).await;
+        held.hand_back().await;
     } else {
         settler.counts.undecodable += 1;
         settler.fail(&[held], err, Disposition::Poison).await;

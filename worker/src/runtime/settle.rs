@@ -64,8 +64,7 @@ pub(crate) async fn hand_back_if_unnoted(held: &[Held]) -> bool {
     }
     if unnoted {
         for h in held {
-            let delay = crate::delivery::nak_delay_seconds(h.num_delivered, random_jitter());
-            h.handle.nak(Some(Duration::from_secs_f64(delay))).await;
+            h.hand_back().await;
         }
     }
     unnoted
@@ -100,9 +99,14 @@ impl Held {
             return true;
         };
         tracing::warn!(message_id = %self.message_id, "received id not recorded, handed back: {}", e.log_line());
+        self.hand_back().await;
+        false
+    }
+
+    /// NAKs it with the DELIV-7 delay, which follows the broker's delivery count.
+    pub(crate) async fn hand_back(&self) {
         let delay = crate::delivery::nak_delay_seconds(self.num_delivered, random_jitter());
         self.handle.nak(Some(Duration::from_secs_f64(delay))).await;
-        false
     }
 }
 
@@ -168,6 +172,15 @@ impl Settler {
         } else {
             self.counts.nacked += 1;
         }
+    }
+
+    /// [`Held::noted_or_handed_back`], counting a hand-back.
+    async fn noted(&mut self, h: &Held) -> bool {
+        let noted = h.noted_or_handed_back().await;
+        if !noted {
+            self.counts.nacked += 1;
+        }
+        noted
     }
 
     /// Carries out the join's decisions (JOIN-5/9/21).
@@ -258,8 +271,7 @@ impl Settler {
     /// DELIV-15: TERM with a record reference — a terminal record appended to the ledger. A
     /// record that cannot be written keeps the message (NAK 5 s): a TERM never goes unrecorded.
     async fn terminate(&mut self, h: &Held, error: &VfError, reason: &str) {
-        if !h.noted_or_handed_back().await {
-            self.counts.nacked += 1;
+        if !self.noted(h).await {
             return;
         }
         let record = TerminalRecord {
@@ -324,8 +336,7 @@ impl Settler {
 
     /// DELIV-8: the original bytes to the DLQ, then TERM; not accepted ⇒ NAK 5 s, never lost.
     async fn dead_letter(&mut self, h: &Held, error: &VfError) {
-        if !h.noted_or_handed_back().await {
-            self.counts.nacked += 1;
+        if !self.noted(h).await {
             return;
         }
         let letter = DeadLetter::from_error(

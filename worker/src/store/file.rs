@@ -28,9 +28,12 @@ use videoflow_core::partition::py_repr_str;
 use super::kv::{Purged, ScanRow, Versioned};
 use commit::{Committer, Op};
 use disk::{
-    StoreFile, classify, decode, doc_path, key_lock_name, lock, log_lock_name, log_path, read_doc,
+    StoreFile, classify, decode, doc_path, key_lock_name, log_lock_name, log_path, read_doc,
     read_lines,
 };
+/// The file-level steps a new document takes (STORE-4, COMPATIBILITY D25), for measuring them
+/// alone (the flow bench's `layout_rate`).
+pub use disk::{lock, name_unnamed, unnamed};
 
 /// The file store rooted at one directory. Clones share the writer thread.
 #[derive(Debug, Clone)]

@@ -315,13 +315,18 @@ impl RunLedger {
                 let seen = received.entry(slot.clone()).or_default();
                 ids.iter().map(|id| seen.insert((*id).to_owned())).collect()
             };
-            let new: HashSet<&str> = ids
+            // In the order the ids came, so the log reads as they were delivered.
+            let new: Vec<String> = ids
                 .iter()
                 .zip(&fresh)
                 .filter(|(_, new)| **new)
-                .map(|(id, _)| *id)
+                .map(|(id, _)| (*id).to_owned())
                 .collect();
-            let has_older = ids.iter().any(|id| !new.contains(id));
+            // An id answered `false` that this call is not appending: an earlier call took it.
+            let has_older = ids
+                .iter()
+                .zip(&fresh)
+                .any(|(id, new_here)| !new_here && !new.iter().any(|n| n == id));
             let earlier = if has_older {
                 in_flight.clone()
             } else {
@@ -329,14 +334,10 @@ impl RunLedger {
             };
             let own = (!new.is_empty()).then(|| {
                 let ledger = self.clone();
-                // In the order the ids came, so the log reads as they were delivered.
-                let mut new_ids: Vec<String> = Vec::with_capacity(new.len());
-                for (id, _) in ids.iter().zip(&fresh).filter(|(_, new)| **new) {
-                    new_ids.push((*id).to_owned());
-                }
-                let write = PendingWrite::spawn(async move {
-                    ledger.append_received(&log, slot, new_ids).await
-                });
+                let write =
+                    PendingWrite::spawn(
+                        async move { ledger.append_received(&log, slot, new).await },
+                    );
                 in_flight.push(write.clone());
                 write
             });

@@ -65,7 +65,10 @@ mod tests {
             Ok(())
         });
         // Nobody has awaited it yet: it ran on its own task all the same.
-        rx.await.expect("the write ran");
+        tokio::time::timeout(std::time::Duration::from_secs(5), rx)
+            .await
+            .expect("the write ran without a waiter")
+            .expect("the write ran");
         assert!(w.clone().outcome().await.is_ok());
         assert!(w.outcome().await.is_ok());
     }

@@ -70,7 +70,7 @@ pub(super) fn classify(name: &str) -> Option<StoreFile> {
 }
 
 /// An exclusive `flock` on `root/name`, released when the file is dropped.
-pub(super) fn lock(root: &Path, name: &str) -> std::io::Result<File> {
+pub fn lock(root: &Path, name: &str) -> std::io::Result<File> {
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -86,7 +86,7 @@ pub(super) fn lock(root: &Path, name: &str) -> std::io::Result<File> {
 /// # Errors
 /// Whatever `open` says; a file system without `O_TMPFILE` answers `EOPNOTSUPP` (older
 /// kernels `EISDIR`), and the caller writes a named temporary file instead.
-pub(super) fn unnamed(dir: &Path) -> std::io::Result<File> {
+pub fn unnamed(dir: &Path) -> std::io::Result<File> {
     OpenOptions::new()
         .write(true)
         .mode(0o666)
@@ -100,7 +100,7 @@ pub(super) fn unnamed(dir: &Path) -> std::io::Result<File> {
 /// # Errors
 /// `AlreadyExists`, or whatever `linkat` says (through `/proc/self/fd`, the only way an
 /// unprivileged process can name a descriptor; without `/proc` it is `NotFound`).
-pub(super) fn name_unnamed(file: &File, path: &Path) -> std::io::Result<()> {
+pub fn name_unnamed(file: &File, path: &Path) -> std::io::Result<()> {
     let fd = format!("/proc/self/fd/{}", file.as_raw_fd());
     nix::unistd::linkat(
         nix::fcntl::AT_FDCWD,
