@@ -886,12 +886,18 @@ fn identity_once(
         .collect();
     let broker_before = cpu_ticks(b.nats.pid());
     let msgs_before = broker_msgs(&b.nats);
+    let machine_before = machine_busy_ticks();
     b.spawn_on("same", &stage_env, reference)?;
     b.spawn_on("sink", &[], reference)?;
     // The reference's interpreter takes longer to import and bind.
     b.idle(Duration::from_secs(if reference { 6 } else { 2 }));
     b.spawn_on("src", &[], reference)?;
     let ok = b.wait_all(Duration::from_secs(600));
+    // Everything the machine did over the run, the kernel's writeback and the bench's own
+    // watchers included: what the stages and the broker leave out.
+    let machine_us = machine_before
+        .zip(machine_busy_ticks())
+        .map(|(a, z)| z.saturating_sub(a) as f64 * 1e6 / tck / n as f64);
     let get = |node: &str| b.procs_of(node).next();
     let (src, same, sink) = (get("src"), get("same"), get("sink"));
     let span = |p: Option<&Proc>| {
@@ -923,6 +929,7 @@ fn identity_once(
         },
         "cpu_us_per_msg_broker": broker_us,
         "cpu_us_per_msg_hop": hop_us,
+        "machine_cpu_us_per_msg": machine_us,
         "broker_msgs_per_msg": broker_msgs_per_msg,
         "rss_max_kib": {
             "producer": src.map(|p| p.rss_max_kib), "identity": same.map(|p| p.rss_max_kib),
@@ -1021,6 +1028,12 @@ fn versus_reference(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f6
                 // end would weigh on the rate: it runs ten times as many (about as long as the
                 // reference's 2 000). Rates are compared, so the counts need not match.
                 let count = if ledger || reference { n } else { n * 10 };
+                // `VF_BENCH_REFERENCE_CREDIT=m`: the reference's durables made with
+                // `max_ack_pending` m (5 is what 1.0.4's own provisioner makes).
+                let credit = std::env::var("VF_BENCH_REFERENCE_CREDIT")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|_| reference);
                 let r = identity_once(
                     rt,
                     redis,
@@ -1029,6 +1042,7 @@ fn versus_reference(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f6
                     ledger,
                     HopRun {
                         side,
+                        credit,
                         ..HopRun::ours()
                     },
                 )?;
@@ -1239,6 +1253,7 @@ fn identity(
         "cpu_ms_per_1000_sink": spread(&col(&|r| r["cpu_ms_per_1000"]["sink"].as_f64())),
         "cpu_us_per_msg_broker": spread(&col(&|r| r["cpu_us_per_msg_broker"].as_f64())),
         "cpu_us_per_msg_hop": spread(&col(&|r| r["cpu_us_per_msg_hop"].as_f64())),
+        "machine_cpu_us_per_msg": spread(&col(&|r| r["machine_cpu_us_per_msg"].as_f64())),
         "rss_steady_identity_kib": spread(&col(&|r| r["rss_max_kib"]["identity"].as_f64())),
         "layout_docs_s": if ledger { spread(&col(&|r| r["layout_docs_s"].as_f64())) } else { Json::Null },
         "identity_over_layout": if ledger {
