@@ -404,10 +404,10 @@ impl Writer<'_> {
     /// of its unnamed file. `Ok(false)` when a link finds the key already there (a writer
     /// that does not take the lock created it meanwhile): the create did not happen.
     ///
-    /// Where the link itself is refused (no `/proc` to name the file by), the document is
-    /// written again as a temporary file, synced and renamed — unless the key exists (a lone
-    /// create was not read first; the key's lock keeps it as it is until the rename) — and
-    /// later documents go that way from the start.
+    /// Where the link itself is refused (neither the descriptor nor `/proc` names the file),
+    /// the document is written again as a temporary file, synced and renamed — unless the key
+    /// exists (a lone create was not read first; the key's lock keeps it as it is until the
+    /// rename) — and later documents go that way from the start.
     fn name_doc(&self, doc: &DocWrite) -> std::io::Result<bool> {
         let bytes = match &doc.staged {
             Staged::Named(tmp) => return fs::rename(tmp, &doc.path).map(|()| true),

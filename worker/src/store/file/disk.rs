@@ -6,6 +6,7 @@ use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::store::kv::Versioned;
 
@@ -94,13 +95,48 @@ pub fn unnamed(dir: &Path) -> std::io::Result<File> {
         .open(dir)
 }
 
+/// Whether `linkat` names a descriptor itself here ([`link_descriptor`]); cleared for good
+/// the first time the kernel refuses it.
+static LINKS_DESCRIPTORS: AtomicBool = AtomicBool::new(true);
+
 /// Gives `file` (from [`unnamed`]) the name `path`. Fails with `AlreadyExists` when `path`
 /// exists: a link never replaces, so it also creates only.
 ///
+/// The descriptor is linked directly where the kernel allows it (Linux 6.10 and later for a
+/// file the caller opened, any kernel with `CAP_DAC_READ_SEARCH`), else through
+/// `/proc/self/fd` ([`link_through_proc`]), which costs a walk through `/proc` per link.
+///
 /// # Errors
-/// `AlreadyExists`, or whatever `linkat` says (through `/proc/self/fd`, the only way an
-/// unprivileged process can name a descriptor; without `/proc` it is `NotFound`).
+/// `AlreadyExists`, or whatever `linkat` says through `/proc/self/fd` (without `/proc`,
+/// `NotFound`).
 pub fn name_unnamed(file: &File, path: &Path) -> std::io::Result<()> {
+    if LINKS_DESCRIPTORS.load(Ordering::Relaxed) {
+        match link_descriptor(file, path) {
+            // An older kernel refuses an unprivileged caller with ENOENT: the path way decides.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                LINKS_DESCRIPTORS.store(false, Ordering::Relaxed);
+            }
+            done => return done,
+        }
+    }
+    link_through_proc(file, path)
+}
+
+/// `linkat(fd, "", …, AT_EMPTY_PATH)`: the descriptor's own file, no path to resolve.
+fn link_descriptor(file: &File, path: &Path) -> std::io::Result<()> {
+    nix::unistd::linkat(
+        file,
+        "",
+        nix::fcntl::AT_FDCWD,
+        path,
+        nix::fcntl::AtFlags::AT_EMPTY_PATH,
+    )
+    .map_err(std::io::Error::from)
+}
+
+/// `linkat` of `/proc/self/fd/<fd>`, following that link to the file: what any kernel allows
+/// an unprivileged process.
+fn link_through_proc(file: &File, path: &Path) -> std::io::Result<()> {
     let fd = format!("/proc/self/fd/{}", file.as_raw_fd());
     nix::unistd::linkat(
         nix::fcntl::AT_FDCWD,
@@ -220,6 +256,47 @@ mod tests {
         let mut terminated = once;
         terminated.feed(b"\n");
         assert_eq!((terminated.lines, terminated.at_line_start), (3, true));
+    }
+
+    /// Both ways of naming an unnamed file show the whole file under its name and refuse a
+    /// name that exists, so either serves a create (COMPATIBILITY D25).
+    #[test]
+    fn store_4_either_link_of_an_unnamed_file_shows_it_whole_and_never_replaces() {
+        use std::io::Write;
+        let dir = std::env::temp_dir().join(format!("vf-disk-{}", uuid::Uuid::new_v4().simple()));
+        fs::create_dir_all(&dir).expect("dir");
+        type Link = fn(&File, &Path) -> std::io::Result<()>;
+        let ways: [(&str, Link); 2] =
+            [("descriptor", link_descriptor), ("proc", link_through_proc)];
+        let mut linked = 0;
+        for (way, link) in ways {
+            let mut file = unnamed(&dir).expect("unnamed file");
+            file.write_all(way.as_bytes()).expect("write");
+            let path = dir.join(format!("{way}.json"));
+            match link(&file, &path) {
+                // A kernel before 6.10 refuses an unprivileged descriptor link; name_unnamed
+                // then takes the /proc way, which must work.
+                Err(e) if way == "descriptor" && e.kind() == std::io::ErrorKind::NotFound => {
+                    continue;
+                }
+                done => done.unwrap_or_else(|e| panic!("{way}: {e}")),
+            }
+            linked += 1;
+            assert_eq!(fs::read_to_string(&path).expect("read"), way);
+            let mut other = unnamed(&dir).expect("unnamed file");
+            other.write_all(b"other").expect("write");
+            let refused = link(&other, &path).expect_err("a link must not replace");
+            assert_eq!(refused.kind(), std::io::ErrorKind::AlreadyExists, "{way}");
+            assert_eq!(fs::read_to_string(&path).expect("read"), way, "{way}: kept");
+        }
+        assert!(linked >= 1, "the /proc way links");
+        // And the one the store calls, whichever way it takes here.
+        let file = unnamed(&dir).expect("unnamed file");
+        name_unnamed(&file, &dir.join("store.json")).expect("name_unnamed");
+        let again = unnamed(&dir).expect("unnamed file");
+        let refused = name_unnamed(&again, &dir.join("store.json")).expect_err("exists");
+        assert_eq!(refused.kind(), std::io::ErrorKind::AlreadyExists);
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
