@@ -95,6 +95,13 @@ def main():
         row("Broker: JetStream async publish, 1 KiB (msg/s)", rng(ceil["publish_msgs_s"]), "—", None)
         row("Broker: batched fetch + ack (msg/s)", rng(ceil["fetch_ack_msgs_s"]), "—", None)
         row("Broker: ideal pipelined hop (msg/s)", rng(ceil["ideal_hop_msgs_s"]), "—", None)
+        if ceil.get("ideal_hop_protocol_streams_msgs_s", {}).get("values"):
+            # A diagnosis: the same hop between streams of STREAM-3's shape, where each ack
+            # deletes its message; the targets stay judged against the hop above.
+            row("Broker: the same hop between streams of STREAM-3's shape (interest retention, 10 000 "
+                "messages, discard new), n=9000 (msg/s; broker CPU-µs a message)",
+                f"{rng(ceil['ideal_hop_protocol_streams_msgs_s'])}; "
+                f"{rng(ceil['ideal_hop_protocol_streams_broker_cpu_us_per_msg'], 1)}", "—", None)
         if "credit_hop_msgs_s" in ceil:
             row("Broker: ideal hop at STREAM-15 credit (max_ack_pending 5) (msg/s)",
                 rng(ceil["credit_hop_msgs_s"]), "—", None)

@@ -559,6 +559,9 @@ fn flow_yaml(kind: &str, store: bool, nodes: &[String]) -> String {
 // (1) The broker ceiling with a raw client.
 
 const KIB: usize = 1024;
+/// The ideal hop's window of publications in flight and its fetch batch.
+const CEILING_WINDOW: usize = 256;
+const CEILING_BATCH: usize = 256;
 
 async fn ceiling_once(nats: &NatsServer, tck: f64, n: usize) -> R<Json> {
     let client = async_nats::connect(nats.url())
@@ -579,8 +582,6 @@ async fn ceiling_once(nats: &NatsServer, tck: f64, n: usize) -> R<Json> {
         .await
         .map_err(|e| e.to_string())?;
     let payload = bytes::Bytes::from(vec![7u8; KIB]);
-    const WINDOW: usize = 256;
-    const BATCH: usize = 256;
 
     // (a) async publish, a window of pub-acks in flight, each with a message id.
     let t = Instant::now();
@@ -593,7 +594,7 @@ async fn ceiling_once(nats: &NatsServer, tck: f64, n: usize) -> R<Json> {
             .await
             .map_err(|e| e.to_string())?;
         inflight.push_back(f);
-        if inflight.len() >= WINDOW
+        if inflight.len() >= CEILING_WINDOW
             && let Some(f) = inflight.pop_front()
         {
             f.await.map_err(|e| e.to_string())?;
@@ -621,7 +622,7 @@ async fn ceiling_once(nats: &NatsServer, tck: f64, n: usize) -> R<Json> {
     while got < n {
         let mut batch = c
             .fetch()
-            .max_messages(BATCH)
+            .max_messages(CEILING_BATCH)
             .messages()
             .await
             .map_err(|e| e.to_string())?;
@@ -641,39 +642,7 @@ async fn ceiling_once(nats: &NatsServer, tck: f64, n: usize) -> R<Json> {
         .map_err(|e| e.to_string())?;
     let broker_before = cpu_ticks(nats.pid());
     let msgs_before = broker_msgs(nats);
-    let t = Instant::now();
-    let mut got = 0;
-    let mut inflight = std::collections::VecDeque::new();
-    while got < n {
-        let mut batch = c
-            .fetch()
-            .max_messages(BATCH)
-            .messages()
-            .await
-            .map_err(|e| e.to_string())?;
-        while let Some(m) = batch.next().await {
-            let m = m.map_err(|e| e.to_string())?;
-            let mut h = async_nats::HeaderMap::new();
-            h.insert("Nats-Msg-Id", format!("out-{got}").as_str());
-            let f = js
-                .publish_with_headers("ceil.out", h, m.payload.clone())
-                .await
-                .map_err(|e| e.to_string())?;
-            inflight.push_back((f, m));
-            got += 1;
-            if inflight.len() >= WINDOW
-                && let Some((f, m)) = inflight.pop_front()
-            {
-                f.await.map_err(|e| e.to_string())?;
-                m.ack().await.map_err(|e| e.to_string())?;
-            }
-        }
-    }
-    for (f, m) in inflight.drain(..) {
-        f.await.map_err(|e| e.to_string())?;
-        m.ack().await.map_err(|e| e.to_string())?;
-    }
-    let ideal_hop = n as f64 / t.elapsed().as_secs_f64();
+    let ideal_hop = pipelined_hop(&js, &c, "ceil.out", n).await?;
     // The broker's CPU per message of this hop: what a worker's hop costs the broker beyond
     // it (acks confirmed, two headers, pull requests) shows against this.
     let ideal_broker_us = broker_cpu_us(nats, broker_before, tck, n as u64);
@@ -754,7 +723,9 @@ async fn ceiling_once(nats: &NatsServer, tck: f64, n: usize) -> R<Json> {
         t.await.map_err(|e| e.to_string())??;
     }
     let credit_hop = n as f64 / t.elapsed().as_secs_f64();
+    let protocol = ideal_hop_on_protocol_streams(nats, &js, tck).await?;
     Ok(json!({
+        "ideal_hop_protocol_streams": protocol,
         "publish_msgs_s": publish,
         "fetch_ack_msgs_s": fetch_ack,
         "ideal_hop_msgs_s": ideal_hop,
@@ -762,6 +733,122 @@ async fn ceiling_once(nats: &NatsServer, tck: f64, n: usize) -> R<Json> {
         "ideal_hop_broker_msgs_per_msg": ideal_msgs,
         "credit_hop_msgs_s": credit_hop,
         "serial_hop_msgs_s": serial_hop,
+    }))
+}
+
+/// The ideal hop's loop: fetch batches of [`CEILING_BATCH`] from `c`, publish each to
+/// `subject` with a message id at once, and ack an input after its output's pub-ack, with
+/// [`CEILING_WINDOW`] publications in flight. Returns messages a second.
+async fn pipelined_hop(
+    js: &jetstream::Context,
+    c: &consumer::Consumer<consumer::pull::Config>,
+    subject: &str,
+    n: usize,
+) -> R<f64> {
+    let t = Instant::now();
+    let mut got = 0;
+    let mut inflight = std::collections::VecDeque::new();
+    while got < n {
+        let mut batch = c
+            .fetch()
+            .max_messages(CEILING_BATCH)
+            .messages()
+            .await
+            .map_err(|e| e.to_string())?;
+        while let Some(m) = batch.next().await {
+            let m = m.map_err(|e| e.to_string())?;
+            let mut h = async_nats::HeaderMap::new();
+            h.insert("Nats-Msg-Id", format!("{subject}-{got}").as_str());
+            let f = js
+                .publish_with_headers(subject.to_owned(), h, m.payload.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            inflight.push_back((f, m));
+            got += 1;
+            if inflight.len() >= CEILING_WINDOW
+                && let Some((f, m)) = inflight.pop_front()
+            {
+                f.await.map_err(|e| e.to_string())?;
+                m.ack().await.map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    for (f, m) in inflight.drain(..) {
+        f.await.map_err(|e| e.to_string())?;
+        m.ack().await.map_err(|e| e.to_string())?;
+    }
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+/// The ideal hop between two streams of a BATCH node's shape (STREAM-3: interest retention,
+/// at most 10 000 messages, discard new): its input prefilled with 9 000 messages, each
+/// deleted by the broker once its ack arrives, and its output kept for a durable nobody reads
+/// yet — what a worker's hop makes the broker do beyond the limits streams above, which keep
+/// every message. A diagnosis beside the ideal hop, not a replacement for it.
+async fn ideal_hop_on_protocol_streams(
+    nats: &NatsServer,
+    js: &jetstream::Context,
+    tck: f64,
+) -> R<Json> {
+    const N: usize = 9_000;
+    let mk = |name: &str, subject: &str| stream::Config {
+        name: name.to_owned(),
+        subjects: vec![subject.to_owned()],
+        retention: stream::RetentionPolicy::Interest,
+        max_messages: 10_000,
+        discard: stream::DiscardPolicy::New,
+        duplicate_window: Duration::from_secs(120),
+        ..Default::default()
+    };
+    let durable = |name: &str| consumer::pull::Config {
+        durable_name: Some(name.to_owned()),
+        ack_policy: consumer::AckPolicy::Explicit,
+        max_ack_pending: 4096,
+        ..Default::default()
+    };
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let s_in = js
+        .get_or_create_stream(mk("PROTO_IN", "proto.in"))
+        .await
+        .map_err(|e| err(&e))?;
+    let s_out = js
+        .get_or_create_stream(mk("PROTO_OUT", "proto.out"))
+        .await
+        .map_err(|e| err(&e))?;
+    // The durables first: an interest stream keeps a message only for the consumers it has.
+    let c = s_in
+        .create_consumer(durable("hop"))
+        .await
+        .map_err(|e| err(&e))?;
+    s_out
+        .create_consumer(durable("next"))
+        .await
+        .map_err(|e| err(&e))?;
+    let payload = bytes::Bytes::from(vec![7u8; KIB]);
+    let mut inflight = std::collections::VecDeque::new();
+    for i in 0..N {
+        let mut h = async_nats::HeaderMap::new();
+        h.insert("Nats-Msg-Id", format!("proto-in-{i}").as_str());
+        inflight.push_back(
+            js.publish_with_headers("proto.in", h, payload.clone())
+                .await
+                .map_err(|e| err(&e))?,
+        );
+        if inflight.len() >= CEILING_WINDOW
+            && let Some(f) = inflight.pop_front()
+        {
+            f.await.map_err(|e| err(&e))?;
+        }
+    }
+    for f in inflight.drain(..) {
+        f.await.map_err(|e| err(&e))?;
+    }
+    let broker_before = cpu_ticks(nats.pid());
+    let rate = pipelined_hop(js, &c, "proto.out", N).await?;
+    Ok(json!({
+        "n": N,
+        "msgs_s": rate,
+        "broker_cpu_us_per_msg": broker_cpu_us(nats, broker_before, tck, N as u64),
     }))
 }
 
@@ -783,6 +870,8 @@ fn ceiling(rt: &tokio::runtime::Runtime, o: &Opts, tck: f64) -> R<Json> {
         "ideal_hop_broker_cpu_us_per_msg": spread(&col("ideal_hop_broker_cpu_us_per_msg")),
         "ideal_hop_broker_msgs_in_per_msg": spread(&runs.iter().filter_map(|r| r["ideal_hop_broker_msgs_per_msg"]["in"].as_f64()).collect::<Vec<_>>()),
         "ideal_hop_broker_msgs_out_per_msg": spread(&runs.iter().filter_map(|r| r["ideal_hop_broker_msgs_per_msg"]["out"].as_f64()).collect::<Vec<_>>()),
+        "ideal_hop_protocol_streams_msgs_s": spread(&runs.iter().filter_map(|r| r["ideal_hop_protocol_streams"]["msgs_s"].as_f64()).collect::<Vec<_>>()),
+        "ideal_hop_protocol_streams_broker_cpu_us_per_msg": spread(&runs.iter().filter_map(|r| r["ideal_hop_protocol_streams"]["broker_cpu_us_per_msg"].as_f64()).collect::<Vec<_>>()),
         "credit_hop_msgs_s": spread(&col("credit_hop_msgs_s")),
         "credit_hop_max_ack_pending": 5,
         "serial_hop_msgs_s": spread(&col("serial_hop_msgs_s")),

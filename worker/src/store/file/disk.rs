@@ -110,16 +110,21 @@ static LINKS_DESCRIPTORS: AtomicBool = AtomicBool::new(true);
 /// `AlreadyExists`, or whatever `linkat` says through `/proc/self/fd` (without `/proc`,
 /// `NotFound`).
 pub fn name_unnamed(file: &File, path: &Path) -> std::io::Result<()> {
-    if LINKS_DESCRIPTORS.load(Ordering::Relaxed) {
-        match link_descriptor(file, path) {
-            // An older kernel refuses an unprivileged caller with ENOENT: the path way decides.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+    if !LINKS_DESCRIPTORS.load(Ordering::Relaxed) {
+        return link_through_proc(file, path);
+    }
+    match link_descriptor(file, path) {
+        // An older kernel refuses an unprivileged caller with ENOENT, as a missing directory
+        // would: the /proc way decides, and only its success stops the direct tries.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let through_proc = link_through_proc(file, path);
+            if through_proc.is_ok() {
                 LINKS_DESCRIPTORS.store(false, Ordering::Relaxed);
             }
-            done => return done,
+            through_proc
         }
+        done => done,
     }
-    link_through_proc(file, path)
 }
 
 /// `linkat(fd, "", …, AT_EMPTY_PATH)`: the descriptor's own file, no path to resolve.
