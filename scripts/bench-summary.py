@@ -134,6 +134,12 @@ def main():
                 row(f"Broker CPU per message, that hop at credit {c['credit_messages']} / the ideal hop (µs)",
                     f"{rng(c['cpu_ms_per_1000_broker'], 1)} / {rng(ceil['ideal_hop_broker_cpu_us_per_msg'], 1)}",
                     "—", None)
+            if c.get("broker_writes_per_msg", {}).get("values") and ceil.get("ideal_hop_broker_writes_per_msg"):
+                # Each write the broker makes is a wake of its connection's writer and a system
+                # call: a puback and, for our hop, the ack's confirmation (DELIV-1) each take one.
+                row(f"Broker write system calls per message, that hop at credit {c['credit_messages']} / the "
+                    "ideal hop", f"{rng(c['broker_writes_per_msg'], 2)} / "
+                    f"{rng(ceil['ideal_hop_broker_writes_per_msg'], 2)}", "—", None)
     cb = flow.get("component_boundary", {})
     if "exec_msgs_s" in cb:
         ratio = cb["exec_over_builtin"]["median"]
@@ -228,6 +234,9 @@ def main():
                 f"{rng(ident['cpu_us_per_msg_hop'])} / {rng(il['cpu_us_per_msg_hop'])}", "—", None)
             row("CPU-µs per message, the broker alone: no ledger / file ledger",
                 f"{rng(ident['cpu_us_per_msg_broker'])} / {rng(il['cpu_us_per_msg_broker'])}", "—", None)
+        if "broker_writes_per_msg" in il and "broker_writes_per_msg" in ident:
+            row("Broker write system calls per message, the whole hop: no ledger / file ledger",
+                f"{rng(ident['broker_writes_per_msg'], 2)} / {rng(il['broker_writes_per_msg'], 2)}", "—", None)
         if "machine_cpu_us_per_msg" in il and "machine_cpu_us_per_msg" in ident:
             # Start-up and the kernel's writeback threads count here, which the hop's own row leaves out.
             row("Machine CPU-µs per message over the whole run (every process and kernel thread, start-up "

@@ -501,6 +501,84 @@ impl Watch {
     }
 }
 
+/// What a node published, read from its stream instead of a subscriber: a subscriber makes the
+/// broker send it every message (a third more broker work than the hop's own, on the same two
+/// CPUs), so the identity hops sample the stream's state instead — every
+/// [`StreamSpan::EVERY`], its last sequence and the broker's timestamp of that message. The
+/// rate runs from the first sample that found a message to the last that found no more than
+/// `data` (the stream's terminators come after its data), like a subscriber's first and last
+/// arrival, on the broker's clock.
+struct StreamSpan {
+    /// The first sample with a message, the last with at most `data`, and the newest.
+    samples: Arc<Mutex<[Option<Sample>; 3]>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// A stream's last sequence and the broker's timestamp of that message (ns since the epoch).
+type Sample = (u64, i128);
+
+impl StreamSpan {
+    const EVERY: Duration = Duration::from_millis(5);
+
+    fn start(
+        rt: &tokio::runtime::Runtime,
+        client: &async_nats::Client,
+        stream: String,
+        data: u64,
+    ) -> R<Self> {
+        // The context spawns on the runtime it is made in.
+        let _in = rt.enter();
+        let mut s = rt
+            .block_on(jetstream::new(client.clone()).get_stream(&stream))
+            .map_err(|e| format!("{stream}: {e}"))?;
+        let samples = Arc::new(Mutex::new([None; 3]));
+        let into = samples.clone();
+        let task = rt.spawn(async move {
+            let mut tick = tokio::time::interval(Self::EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Ok(info) = s.info().await else { continue };
+                let (seq, at) = (
+                    info.state.last_sequence,
+                    info.state.last_timestamp.unix_timestamp_nanos(),
+                );
+                if seq == 0 {
+                    continue;
+                }
+                let mut got = into.lock().expect("lock");
+                got[0].get_or_insert((seq, at));
+                if seq <= data {
+                    got[1] = Some((seq, at));
+                }
+                got[2] = Some((seq, at));
+            }
+        });
+        Ok(StreamSpan { samples, task })
+    }
+
+    /// Messages a second between the first and the last data sample.
+    fn rate(&self) -> f64 {
+        match *self.samples.lock().expect("lock") {
+            [Some((s0, t0)), Some((s1, t1)), _] if s1 > s0 && t1 > t0 => {
+                (s1 - s0) as f64 / ((t1 - t0) as f64 / 1e9)
+            }
+            _ => f64::NAN,
+        }
+    }
+
+    /// The stream's last sequence at the newest sample: its data and its terminators.
+    fn last_sequence(&self) -> u64 {
+        self.samples.lock().expect("lock")[2].map_or(0, |s| s.0)
+    }
+}
+
+impl Drop for StreamSpan {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Flow text.
 
@@ -870,6 +948,7 @@ fn ceiling(rt: &tokio::runtime::Runtime, o: &Opts, tck: f64) -> R<Json> {
         "ideal_hop_broker_cpu_us_per_msg": spread(&col("ideal_hop_broker_cpu_us_per_msg")),
         "ideal_hop_broker_msgs_in_per_msg": spread(&runs.iter().filter_map(|r| r["ideal_hop_broker_msgs_per_msg"]["in"].as_f64()).collect::<Vec<_>>()),
         "ideal_hop_broker_msgs_out_per_msg": spread(&runs.iter().filter_map(|r| r["ideal_hop_broker_msgs_per_msg"]["out"].as_f64()).collect::<Vec<_>>()),
+        "ideal_hop_broker_writes_per_msg": spread(&runs.iter().filter_map(|r| r["ideal_hop_broker_msgs_per_msg"]["writes"].as_f64()).collect::<Vec<_>>()),
         "ideal_hop_protocol_streams_msgs_s": spread(&runs.iter().filter_map(|r| r["ideal_hop_protocol_streams"]["msgs_s"].as_f64()).collect::<Vec<_>>()),
         "ideal_hop_protocol_streams_broker_cpu_us_per_msg": spread(&runs.iter().filter_map(|r| r["ideal_hop_protocol_streams"]["broker_cpu_us_per_msg"].as_f64()).collect::<Vec<_>>()),
         "credit_hop_msgs_s": spread(&col("credit_hop_msgs_s")),
@@ -962,8 +1041,9 @@ fn identity_once(
     } else {
         (None, None)
     };
-    let w_src = Watch::start(rt, b.client(), b.data_subject("src"));
-    let w_same = Watch::start(rt, b.client(), b.data_subject("same"));
+    let stream = |node: &str| naming::stream_name(&b.flow.flow_id, &b.flow.run_id, node);
+    let s_src = StreamSpan::start(rt, b.client(), stream("src"), n)?;
+    let s_same = StreamSpan::start(rt, b.client(), stream("same"), n)?;
     // The stages first, then the producer: a BATCH stream holds at most 10 000 messages
     // (STREAM-3, discard new), so n ≥ 20 000 cannot be prefilled; the producer is ~3× faster
     // than the hop, so the identity stage always has a backlog and sets the pace.
@@ -983,7 +1063,7 @@ fn identity_once(
     b.spawn_on("src", &[], reference)?;
     let ok = b.wait_all(Duration::from_secs(600));
     // Everything the machine did over the run, the kernel's writeback and the bench's own
-    // watchers included: what the stages and the broker leave out.
+    // sampling included: what the stages and the broker leave out.
     let machine_us = machine_before
         .zip(machine_busy_ticks())
         .map(|(a, z)| z.saturating_sub(a) as f64 * 1e6 / tck / n as f64);
@@ -1006,9 +1086,10 @@ fn identity_once(
         "ok": ok && b.all_ok(),
         "layout_docs_s": layout_docs_s,
         "layout_cpu_us_per_msg": layout_cpu_us,
-        "published_by_identity": w_same.count(),
-        "producer_msgs_s": w_src.rate(),
-        "identity_msgs_s": w_same.rate(),
+        // Its data and its one terminator (one replica).
+        "identity_stream_last_seq": s_same.last_sequence(),
+        "producer_msgs_s": s_src.rate(),
+        "identity_msgs_s": s_same.rate(),
         "sink_process_span_s": span(sink),
         "sink_msgs_s_incl_startup": sink_rate,
         "cpu_ms_per_1000": {
@@ -1343,6 +1424,7 @@ fn identity(
         "cpu_us_per_msg_broker": spread(&col(&|r| r["cpu_us_per_msg_broker"].as_f64())),
         "cpu_us_per_msg_hop": spread(&col(&|r| r["cpu_us_per_msg_hop"].as_f64())),
         "machine_cpu_us_per_msg": spread(&col(&|r| r["machine_cpu_us_per_msg"].as_f64())),
+        "broker_writes_per_msg": spread(&col(&|r| r["broker_msgs_per_msg"]["writes"].as_f64())),
         "rss_steady_identity_kib": spread(&col(&|r| r["rss_max_kib"]["identity"].as_f64())),
         "layout_docs_s": if ledger { spread(&col(&|r| r["layout_docs_s"].as_f64())) } else { Json::Null },
         "identity_over_layout": if ledger {
@@ -1357,11 +1439,23 @@ fn identity(
 }
 
 /// The broker's `in_msgs` and `out_msgs` counters (`/varz`): protocol messages it received
-/// and sent, pull requests, acks and their confirmations included.
-fn broker_msgs(nats: &NatsServer) -> Option<(u64, u64)> {
+/// and sent, pull requests, acks and their confirmations included; and its read and write
+/// system calls (`/proc/PID/io`), sockets included: how many messages each of its reads and
+/// writes carries, which is what its CPU a message follows at a given pace.
+fn broker_msgs(nats: &NatsServer) -> Option<[u64; 4]> {
     let body = videoflow_testkit::cluster::http_get(&nats.monitoring_url(), "/varz");
     let v: Json = serde_json::from_str(&body).ok()?;
-    Some((v["in_msgs"].as_u64()?, v["out_msgs"].as_u64()?))
+    let io = std::fs::read_to_string(format!("/proc/{}/io", nats.pid())).ok()?;
+    let field = |k: &str| -> Option<u64> {
+        io.lines()
+            .find_map(|l| l.strip_prefix(k)?.strip_prefix(": ")?.trim().parse().ok())
+    };
+    Some([
+        v["in_msgs"].as_u64()?,
+        v["out_msgs"].as_u64()?,
+        field("syscr")?,
+        field("syscw")?,
+    ])
 }
 
 /// The broker's CPU-µs per hop message since `before` (its CPU ticks then).
@@ -1371,13 +1465,14 @@ fn broker_cpu_us(nats: &NatsServer, before: Option<u64>, tck: f64, n: u64) -> Op
         .map(|(a, z)| z.saturating_sub(a) as f64 * 1e6 / tck / n as f64)
 }
 
-/// Broker messages in and out per hop message between two [`broker_msgs`] readings.
-fn msgs_per(before: Option<(u64, u64)>, after: Option<(u64, u64)>, n: u64) -> Json {
+/// Broker messages in and out, and its read and write system calls, per hop message between
+/// two [`broker_msgs`] readings.
+fn msgs_per(before: Option<[u64; 4]>, after: Option<[u64; 4]>, n: u64) -> Json {
     match before.zip(after) {
-        Some(((i0, o0), (i1, o1))) => json!({
-            "in": (i1 - i0) as f64 / n as f64,
-            "out": (o1 - o0) as f64 / n as f64,
-        }),
+        Some((a, z)) => {
+            let per = |i: usize| z[i].saturating_sub(a[i]) as f64 / n as f64;
+            json!({"in": per(0), "out": per(1), "reads": per(2), "writes": per(3)})
+        }
         None => Json::Null,
     }
 }
@@ -1498,6 +1593,7 @@ fn identity_backlog(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f6
                 "identity_msgs_s": spread(&col("identity_msgs_s")),
                 "cpu_ms_per_1000_identity": spread(&col("cpu_ms_per_1000_identity")),
                 "cpu_ms_per_1000_broker": spread(&col("cpu_ms_per_1000_broker")),
+                "broker_writes_per_msg": spread(&rs.iter().filter_map(|r| r["broker_msgs_per_msg"]["writes"].as_f64()).collect::<Vec<_>>()),
                 "over_adjacent_ideal": spread(&col("over_adjacent_ideal")),
                 "runs": rs,
             })
