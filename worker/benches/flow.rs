@@ -698,12 +698,7 @@ async fn ceiling_once(nats: &NatsServer, tck: f64, n: usize) -> R<Json> {
     let t = Instant::now();
     let mut got = 0;
     while got < n {
-        let mut batch = c
-            .fetch()
-            .max_messages(CEILING_BATCH)
-            .messages()
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut batch = fetch_batch(&c).await?;
         while let Some(m) = batch.next().await {
             let m = m.map_err(|e| e.to_string())?;
             m.ack().await.map_err(|e| e.to_string())?;
@@ -814,6 +809,15 @@ async fn ceiling_once(nats: &NatsServer, tck: f64, n: usize) -> R<Json> {
     }))
 }
 
+/// One pull of up to [`CEILING_BATCH`] messages from `c`.
+async fn fetch_batch(c: &consumer::Consumer<consumer::pull::Config>) -> R<consumer::pull::Batch> {
+    c.fetch()
+        .max_messages(CEILING_BATCH)
+        .messages()
+        .await
+        .map_err(|e| e.to_string())
+}
+
 /// The ideal hop's loop: fetch batches of [`CEILING_BATCH`] from `c`, publish each to
 /// `subject` with a message id at once, and ack an input after its output's pub-ack, with
 /// [`CEILING_WINDOW`] publications in flight. Returns messages a second.
@@ -827,12 +831,7 @@ async fn pipelined_hop(
     let mut got = 0;
     let mut inflight = std::collections::VecDeque::new();
     while got < n {
-        let mut batch = c
-            .fetch()
-            .max_messages(CEILING_BATCH)
-            .messages()
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut batch = fetch_batch(c).await?;
         while let Some(m) = batch.next().await {
             let m = m.map_err(|e| e.to_string())?;
             let mut h = async_nats::HeaderMap::new();
