@@ -135,8 +135,9 @@ def main():
                     f"{rng(c['cpu_ms_per_1000_broker'], 1)} / {rng(ceil['ideal_hop_broker_cpu_us_per_msg'], 1)}",
                     "—", None)
             if c.get("broker_writes_per_msg", {}).get("values") and ceil.get("ideal_hop_broker_writes_per_msg"):
-                # Each write the broker makes is a wake of its connection's writer and a system
-                # call: a puback and, for our hop, the ack's confirmation (DELIV-1) each take one.
+                # The broker's write system calls: its sockets (a pub-ack, and for our hop each
+                # ack's confirmation, DELIV-1, mostly one write each), its stream files and its
+                # own wake-ups.
                 row(f"Broker write system calls per message, that hop at credit {c['credit_messages']} / the "
                     "ideal hop", f"{rng(c['broker_writes_per_msg'], 2)} / "
                     f"{rng(ceil['ideal_hop_broker_writes_per_msg'], 2)}", "—", None)

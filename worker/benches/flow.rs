@@ -502,8 +502,8 @@ impl Watch {
 }
 
 /// What a node published, read from its stream instead of a subscriber: a subscriber makes the
-/// broker send it every message (a third more broker work than the hop's own, on the same two
-/// CPUs), so the identity hops sample the stream's state instead — every
+/// broker send it every message (a third more messages out than the hop's own, on the same
+/// two CPUs), so the identity hops sample the stream's state instead — every
 /// [`StreamSpan::EVERY`], its last sequence and the broker's timestamp of that message. The
 /// rate runs from the first sample that found a message to the last that found no more than
 /// `data` (the stream's terminators come after its data), like a subscriber's first and last
@@ -1439,8 +1439,8 @@ fn identity(
 
 /// The broker's `in_msgs` and `out_msgs` counters (`/varz`): protocol messages it received
 /// and sent, pull requests, acks and their confirmations included; and its read and write
-/// system calls (`/proc/PID/io`), sockets included: how many messages each of its reads and
-/// writes carries, which is what its CPU a message follows at a given pace.
+/// system calls (`/proc/PID/io`: its sockets, its stream files and its own wake-ups), which
+/// say how many messages each wake of the broker carries.
 fn broker_msgs(nats: &NatsServer) -> Option<[u64; 4]> {
     let body = videoflow_testkit::cluster::http_get(&nats.monitoring_url(), "/varz");
     let v: Json = serde_json::from_str(&body).ok()?;

@@ -107,8 +107,8 @@ static LINKS_DESCRIPTORS: AtomicBool = AtomicBool::new(true);
 /// `/proc/self/fd` ([`link_through_proc`]), which costs a walk through `/proc` per link.
 ///
 /// # Errors
-/// `AlreadyExists`, or whatever `linkat` says through `/proc/self/fd` (without `/proc`,
-/// `NotFound`).
+/// `AlreadyExists`, or whatever `linkat` says of the descriptor or, where the kernel refuses
+/// that, through `/proc/self/fd` (without `/proc`, `NotFound`).
 pub fn name_unnamed(file: &File, path: &Path) -> std::io::Result<()> {
     if !LINKS_DESCRIPTORS.load(Ordering::Relaxed) {
         return link_through_proc(file, path);
