@@ -13,7 +13,8 @@ use serde_json::json;
 use crate::compile::{CompiledFlow, NodeSpec};
 use crate::envelope::ENVELOPE_VERSION;
 use crate::model::{
-    DEFAULT_CREDIT_MESSAGES, FlowDocument, GpuFallback, NodeDecl, StoreRef, ValueFrom,
+    DEFAULT_CREDIT_BYTES, DEFAULT_CREDIT_MESSAGES, FlowDocument, GpuFallback, NodeDecl, StoreRef,
+    ValueFrom,
 };
 
 /// The health port control planes give workers on Kubernetes (each pod has its own IP).
@@ -205,14 +206,17 @@ pub fn credit_messages(spec: &NodeSpec) -> Option<i64> {
     (spec.parents.len() == 1).then(|| spec.credit_messages.unwrap_or(DEFAULT_CREDIT_MESSAGES))
 }
 
-/// STREAM-15a: a single-parent node's credit, the Flow's or [`DEFAULT_CREDIT_MESSAGES`]; the
-/// byte bound only when the Flow sets one. Joins size theirs from the join policy.
+/// STREAM-15a: a single-parent node's credit, the Flow's or [`DEFAULT_CREDIT_MESSAGES`] and
+/// [`DEFAULT_CREDIT_BYTES`]. Joins size theirs from the join policy, with a byte bound only
+/// when the Flow sets one.
 fn render_credit(spec: &NodeSpec, decl: Option<&NodeDecl>, lit: &mut impl FnMut(&str, String)) {
-    let credit = decl.and_then(|d| d.credit.as_ref());
-    if let Some(messages) = credit_messages(spec) {
+    let bytes = decl.and_then(|d| d.credit.as_ref()).and_then(|c| c.bytes);
+    let single_parent = credit_messages(spec);
+    if let Some(messages) = single_parent {
         lit("VF_CREDIT_MESSAGES", messages.to_string());
     }
-    if let Some(bytes) = credit.and_then(|c| c.bytes) {
+    let default_bytes = single_parent.map(|_| DEFAULT_CREDIT_BYTES);
+    if let Some(bytes) = bytes.or(default_bytes) {
         lit("VF_PREFETCH_BYTES", bytes.to_string());
     }
 }

@@ -565,19 +565,23 @@ impl OnError {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeCredit {
-    /// Un-acked deliveries per replica, 1–4096 (default 64): the durable's `max_ack_pending`
+    /// Un-acked deliveries per replica, 1–4096 (default 128): the durable's `max_ack_pending`
     /// is this times the replicas sharing it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub messages: Option<i64>,
     /// Payload bytes per replica held before the worker stops fetching (`VF_PREFETCH_BYTES`;
-    /// default: no byte bound).
+    /// default 16 MiB), exceeded by one message at most.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<i64>,
 }
 
 /// Un-acked deliveries per replica a single-parent node gets when its Flow does not say
 /// (docs/PERFORMANCE.md, "Credit": measured on the identity hop with the file ledger).
-pub const DEFAULT_CREDIT_MESSAGES: i64 = 64;
+pub const DEFAULT_CREDIT_MESSAGES: i64 = 128;
+/// Payload bytes per replica a single-parent node may hold when its Flow does not say: the
+/// in-flight window's own byte bound, so the message credit cannot make a replica hold
+/// 128 large inline frames.
+pub const DEFAULT_CREDIT_BYTES: i64 = 16 * 1024 * 1024;
 /// The most un-acked deliveries per replica a Flow may ask for.
 pub const MAX_CREDIT_MESSAGES: i64 = 4096;
 

@@ -417,8 +417,9 @@ fn gpu_on_a_video_reader_compiles_to_a_gpu_producer_and_nowhere_else_but_process
     }
 }
 
-/// STREAM-15a: a single-parent node gets the Flow's credit or the default 64 as
-/// `VF_CREDIT_MESSAGES` (bytes as `VF_PREFETCH_BYTES`); a producer and a join get none.
+/// STREAM-15a: a single-parent node gets the Flow's credit or the defaults as
+/// `VF_CREDIT_MESSAGES` and `VF_PREFETCH_BYTES`; a producer gets none, a join only the bytes
+/// its Flow sets.
 #[test]
 fn credit_renders_into_the_worker_environment() {
     use videoflow_core::env::{EnvContext, render_node_env};
@@ -443,9 +444,14 @@ fn credit_renders_into_the_worker_environment() {
         var("c", "VF_CREDIT_MESSAGES"),
         Some(videoflow_core::model::DEFAULT_CREDIT_MESSAGES.to_string())
     );
-    assert_eq!(var("c", "VF_PREFETCH_BYTES"), None);
+    assert_eq!(
+        var("c", "VF_PREFETCH_BYTES"),
+        Some(videoflow_core::model::DEFAULT_CREDIT_BYTES.to_string())
+    );
     assert_eq!(var("src", "VF_CREDIT_MESSAGES"), None);
+    assert_eq!(var("src", "VF_PREFETCH_BYTES"), None);
     assert_eq!(var("j", "VF_CREDIT_MESSAGES"), None);
+    assert_eq!(var("j", "VF_PREFETCH_BYTES"), None);
 }
 
 #[test]

@@ -624,6 +624,84 @@ async fn prefetch_bytes_budget_pauses_the_pull_loop() {
     inbox.close().await;
 }
 
+/// The server's count of messages it received (`/varz` `in_msgs`): here, pull requests.
+fn server_in_msgs(server: &NatsServer) -> u64 {
+    let varz = videoflow_testkit::cluster::http_get(&server.monitoring_url(), "/varz");
+    let doc: serde_json::Value = serde_json::from_str(&varz).expect("varz is JSON");
+    doc["in_msgs"].as_u64().expect("in_msgs")
+}
+
+#[tokio::test]
+async fn stream_15a_prefetch_bytes_travels_in_the_pull_request() {
+    // A budget larger than one message of the broker's max_payload: one pull request asks
+    // for every free slot and the budget's bytes, the server stops at the bytes (a 409 that
+    // ends the request, not a failure), and one more one-message request takes the
+    // tolerance — not one request a message.
+    const SIZE: usize = 64 * 1024;
+    let server = server();
+    let b = broker(&server).await;
+    ensure_node_stream(&b, FLOW, RUN, "cam", false, None)
+        .await
+        .expect("stream");
+    let request = DurableRequest::data(
+        FLOW,
+        RUN,
+        "det",
+        "cam",
+        None,
+        Duration::from_secs(60),
+        4,
+        64,
+    );
+    let durable = bind_data_durable(&b, &request).await.expect("durable");
+    let publisher = Publisher::new(&b, "cam");
+    let stop = StopFlag::new();
+    for i in 0..48 {
+        let p = Publication::envelope(
+            naming::data_subject(FLOW, RUN, "cam"),
+            format!("big-{i}"),
+            Bytes::from(vec![b'x'; SIZE]),
+        );
+        publisher
+            .publish(&p, PublishMode::Batch, &stop)
+            .await
+            .expect("published");
+    }
+    let budget = 40 * SIZE as u64 - 1;
+    let mut inbox = Inbox::new(
+        &b,
+        InboxConfig {
+            byte_budget: Some(budget),
+            ..InboxConfig::default()
+        },
+    );
+    let before = server_in_msgs(&server);
+    let mut spec = SubscriptionSpec::new(0, DeliveryKind::Data, durable.clone());
+    spec.capacity = 64;
+    let sub = inbox.subscribe(spec);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let requests = server_in_msgs(&server) - before;
+    assert_eq!(inbox.queued(sub), 40, "up to the budget, then one message");
+    assert_eq!(inbox.resident_bytes(), 40 * SIZE as u64);
+    assert!(
+        requests <= 4,
+        "{requests} pull requests for 40 messages: the budget must travel in the request"
+    );
+    let mut seen = Vec::new();
+    while seen.len() < 48 {
+        for d in inbox.recv(Duration::from_secs(5)).await {
+            assert!(d.handle.ack().await.is_confirmed());
+            seen.push(d.stream_seq);
+        }
+    }
+    assert_eq!(
+        seen,
+        (1..=48).collect::<Vec<u64>>(),
+        "nothing stalls or skips"
+    );
+    inbox.close().await;
+}
+
 #[tokio::test]
 async fn part_4_admission_filter_acks_and_skips_before_queueing() {
     let server = server();

@@ -735,10 +735,10 @@ spec:
             videoflow_worker::provision::data_durables(spec, false, &|s, r| job.node_config(s, r))
                 .expect("specs path");
         assert_eq!(from_doc, from_specs, "{}", spec.name);
-        // STREAM-15a: the Flow's credit (pair) and the default 64 (sink) on both paths.
+        // STREAM-15a: the Flow's credit (pair) and the default (sink) on both paths.
         let want = match spec.name.as_str() {
             "pair" => Some(40),
-            "sink" => Some(64),
+            "sink" => Some(videoflow_core::model::DEFAULT_CREDIT_MESSAGES),
             _ => None,
         };
         let got: Vec<Option<i64>> = from_specs.iter().map(|d| d.max_ack_pending).collect();

@@ -3,17 +3,16 @@
 //!
 //! Why permit-before-fetch: a message fetched into a full queue would sit leased in the
 //! loop's hands — a lease STREAM-15's credit (`item_credit + prefetch`) does not account for.
-//! So each loop first takes the free queue slots (semaphore permits, capacity 4; at least
-//! one, and only one under a byte budget), then waits for the byte budget, and only then
-//! opens one pull request for as many messages as it holds slots, with a short expiry ([`FETCH_EXPIRY`]). Each
-//! permit travels with
-//! the queued delivery and is returned when the receiver takes it out, so "room in the queue"
-//! is exact. From the moment it is fetched until it is resolved, a delivery sits in the held
+//! So each loop first takes the free queue slots (semaphore permits; at least one), then
+//! waits for the byte budget, and only then opens one pull request for as many messages as
+//! it holds slots, with a short expiry ([`FETCH_EXPIRY`]) and, under a budget, the bytes the
+//! budget has left ([`pull_bytes`]). Each permit travels with the queued delivery and is
+//! returned when the receiver takes it out, so "room in the queue" is exact. From the moment it is fetched until it is resolved, a delivery sits in the held
 //! set, where the ticker renews its lease every `max(1 s, ack_wait / 3)`: nothing ages past
 //! `ack_wait` while parked or processed, and close knows exactly what to hand back.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -123,8 +122,8 @@ impl SubscriptionSpec {
 #[derive(Debug, Clone, Copy)]
 pub struct InboxConfig {
     /// `VF_PREFETCH_BYTES`: the most payload bytes held unresolved (parked or handed out)
-    /// before the pull loops pause; a fetch already in flight may exceed it by one message
-    /// (with a budget, each pull request asks for one message).
+    /// before the pull loops pause; each subscription may exceed it by one message (see
+    /// [`pull_bytes`]).
     pub byte_budget: Option<u64>,
     /// Pull request expiry ([`FETCH_EXPIRY`]).
     pub fetch_expiry: Duration,
@@ -178,6 +177,10 @@ struct LoopContext {
     arrived: Arc<Notify>,
     stop: watch::Receiver<bool>,
     config: InboxConfig,
+    /// Subscriptions sharing the byte budget.
+    lanes: Arc<AtomicUsize>,
+    /// The smallest `max_bytes` a pull request may carry ([`pull_floor`]).
+    floor: u64,
 }
 
 /// The receiving side of the broker: subscriptions, their pull loops and queues, keepalive.
@@ -190,6 +193,8 @@ pub struct Inbox {
     core: Arc<Core>,
     config: InboxConfig,
     lanes: Vec<Arc<Lane>>,
+    /// `lanes.len()`, shared with the pull loops that split the byte budget.
+    lane_count: Arc<AtomicUsize>,
     loops: Vec<JoinHandle<()>>,
     keepalive: Option<JoinHandle<()>>,
     arrived: Arc<Notify>,
@@ -223,6 +228,7 @@ impl Inbox {
             core,
             config,
             lanes: Vec::new(),
+            lane_count: Arc::new(AtomicUsize::new(0)),
             loops: Vec::new(),
             keepalive: Some(keepalive),
             arrived: Arc::new(Notify::new()),
@@ -244,6 +250,7 @@ impl Inbox {
             skipped: AtomicU64::new(0),
         });
         self.lanes.push(lane.clone());
+        self.lane_count.store(self.lanes.len(), Ordering::Relaxed);
         if self.closed || *self.stop_pulling.borrow() {
             return index;
         }
@@ -257,6 +264,8 @@ impl Inbox {
             arrived: self.arrived.clone(),
             stop: self.stop_pulling.subscribe(),
             config: self.config,
+            lanes: self.lane_count.clone(),
+            floor: pull_floor(self.broker.client().server_info().max_payload),
         };
         self.loops.push(tokio::spawn(pull_loop(context)));
         index
@@ -415,20 +424,67 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// Opens one pull request for up to `max` messages, expiring after `expiry`; the stream
-/// yields each message as it arrives and ends after `max` or at expiry.
+/// Room a pull request's `max_bytes` leaves above the broker's `max_payload`: the server
+/// counts a message's subject (a control line is at most 4 KiB) and its stored overhead
+/// with its payload and headers, and never splits a message.
+const PULL_BYTES_ROOM: u64 = 8 * 1024;
+
+/// The smallest `max_bytes` a pull request carries: one message of the largest size the
+/// broker accepts. A pull request whose `max_bytes` cannot hold the next message ends with
+/// a 409 without delivering it, so a smaller one could stall the subscription.
+fn pull_floor(max_payload: usize) -> u64 {
+    u64::try_from(max_payload)
+        .unwrap_or(u64::MAX)
+        .saturating_add(PULL_BYTES_ROOM)
+}
+
+/// How many messages, and how many bytes (`None`: no byte limit), the next pull request asks
+/// for, given `slots` free queue slots.
+///
+/// Under a budget each of the `lanes` subscriptions asks for its share of what the budget
+/// has left, so the server stops at the budget itself; when that share is below `floor`
+/// the request asks for one message, as the spec's one-message tolerance allows. A
+/// subscription thus exceeds its share by one message at most.
+fn pull_bytes(
+    slots: usize,
+    budget: Option<u64>,
+    resident: u64,
+    lanes: usize,
+    floor: u64,
+) -> (usize, Option<u64>) {
+    let Some(budget) = budget else {
+        return (slots, None);
+    };
+    let lanes = u64::try_from(lanes.max(1)).unwrap_or(u64::MAX);
+    let share = budget.saturating_sub(resident) / lanes;
+    if share < floor {
+        (1, None)
+    } else {
+        (slots, Some(share))
+    }
+}
+
+/// Opens one pull request for up to `max` messages (and `max_bytes` bytes, where given),
+/// expiring after `expiry`; the stream yields each message as it arrives and ends after
+/// `max`, at the byte limit or at expiry.
 async fn fetch_batch(
     consumer: &PullConsumer,
     max: usize,
+    max_bytes: Option<u64>,
     expiry: Duration,
 ) -> Result<async_nats::jetstream::consumer::pull::Batch, String> {
-    consumer
-        .batch()
-        .max_messages(max)
-        .expires(expiry)
-        .messages()
-        .await
-        .map_err(|e| e.to_string())
+    let mut request = consumer.batch().max_messages(max).expires(expiry);
+    if let Some(bytes) = max_bytes {
+        request = request.max_bytes(usize::try_from(bytes).unwrap_or(usize::MAX));
+    }
+    request.messages().await.map_err(|e| e.to_string())
+}
+
+/// Whether a pull request's error is the server ending it at its `max_bytes` — the 409
+/// "Message Size Exceeds MaxBytes" status, the normal end of a request that carried a byte
+/// limit and met a message it could not hold — rather than a failure.
+fn ended_at_byte_limit(error: &str) -> bool {
+    error.to_ascii_lowercase().contains("exceeds maxbytes")
 }
 
 /// The pull loop of one subscription.
@@ -447,12 +503,8 @@ async fn pull_loop(mut cx: LoopContext) {
             () = stopped(&mut cx.stop) => return,
         };
         let mut slots = vec![first];
-        // Under a byte budget one message at a time, so the budget is overshot by at most
-        // one message (budgeted nodes carry large payloads: the per-request cost is noise).
-        if cx.config.byte_budget.is_none() {
-            while let Ok(slot) = cx.lane.slots.clone().try_acquire_owned() {
-                slots.push(slot);
-            }
+        while let Ok(slot) = cx.lane.slots.clone().try_acquire_owned() {
+            slots.push(slot);
         }
         // 2. Then the byte budget.
         if let Some(budget) = cx.config.byte_budget {
@@ -464,17 +516,26 @@ async fn pull_loop(mut cx: LoopContext) {
                 }
             }
         }
-        // 3. Then one pull request for `slots.len()` messages, read to its end and never
-        //    cancelled midway: a message the server dispatched must end up held (and handed
-        //    back at close), not dropped in a client buffer. Slots left unused when the
-        //    request ends go back to the queue.
-        let mut batch = match fetch_batch(&cx.consumer, slots.len(), cx.config.fetch_expiry).await {
-            Ok(batch) => batch,
-            Err(e) => {
-                fetch_failed(&mut cx, &e).await;
-                continue;
-            }
-        };
+        // 3. Then one pull request for `slots.len()` messages (and the budget's share of
+        //    bytes), read to its end and never cancelled midway: a message the server
+        //    dispatched must end up held (and handed back at close), not dropped in a client
+        //    buffer. Slots left unused when the request ends go back to the queue.
+        let (max, max_bytes) = pull_bytes(
+            slots.len(),
+            cx.config.byte_budget,
+            cx.core.held.resident(),
+            cx.lanes.load(Ordering::Relaxed),
+            cx.floor,
+        );
+        slots.truncate(max);
+        let mut batch =
+            match fetch_batch(&cx.consumer, max, max_bytes, cx.config.fetch_expiry).await {
+                Ok(batch) => batch,
+                Err(e) => {
+                    fetch_failed(&mut cx, &e).await;
+                    continue;
+                }
+            };
         while let Some(next) = batch.next().await {
             match next {
                 Ok(message) => {
@@ -489,7 +550,10 @@ async fn pull_loop(mut cx: LoopContext) {
                     take(&cx, message, slot).await;
                 }
                 Err(e) => {
-                    fetch_failed(&mut cx, &e.to_string()).await;
+                    let error = e.to_string();
+                    if max_bytes.is_none() || !ended_at_byte_limit(&error) {
+                        fetch_failed(&mut cx, &error).await;
+                    }
                     break;
                 }
             }
@@ -582,5 +646,56 @@ async fn skip(cx: &LoopContext, admission: &Admission, delivery: &Delivery) {
             durable = %cx.lane.label, stream_seq = delivery.stream_seq, outcome = ?other,
             "skip ack not confirmed; the redelivery decides again"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FLOOR: u64 = 1024 * 1024 + PULL_BYTES_ROOM;
+
+    #[test]
+    fn without_a_budget_a_request_asks_for_every_slot_and_no_bytes() {
+        assert_eq!(pull_bytes(64, None, 5_000_000, 2, FLOOR), (64, None));
+    }
+
+    #[test]
+    fn under_a_budget_each_subscription_asks_for_its_share_of_what_is_left() {
+        let budget = 16 * 1024 * 1024;
+        assert_eq!(
+            pull_bytes(64, Some(budget), 0, 2, FLOOR),
+            (64, Some(budget / 2))
+        );
+        assert_eq!(
+            pull_bytes(64, Some(budget), budget - 4 * FLOOR, 2, FLOOR),
+            (64, Some(2 * FLOOR))
+        );
+    }
+
+    #[test]
+    fn a_share_below_one_whole_message_asks_for_one_message() {
+        // The spec's one-message tolerance: a byte limit the next message might not fit
+        // would end the request without it.
+        assert_eq!(pull_bytes(64, Some(FLOOR), 1, 1, FLOOR), (1, None));
+        assert_eq!(pull_bytes(64, Some(1), 0, 1, FLOOR), (1, None));
+        assert_eq!(pull_bytes(64, Some(FLOOR), FLOOR + 7, 1, FLOOR), (1, None));
+        assert_eq!(pull_bytes(64, Some(3 * FLOOR), 0, 4, FLOOR), (1, None));
+    }
+
+    #[test]
+    fn the_floor_holds_the_largest_message_the_broker_accepts() {
+        assert_eq!(pull_floor(1 << 20), (1 << 20) + PULL_BYTES_ROOM);
+        assert_eq!(pull_floor(usize::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn only_the_byte_limit_status_ends_a_request_quietly() {
+        assert!(ended_at_byte_limit(
+            "error while processing messages from the stream: 409, Some(\"Message Size Exceeds MaxBytes\")"
+        ));
+        assert!(!ended_at_byte_limit(
+            "error while processing messages from the stream: 409, Some(\"Consumer Deleted\")"
+        ));
     }
 }
