@@ -10,6 +10,7 @@
 //! - [`subscription`] — [`Inbox`]: permit-before-fetch pull loops, bounded local queues,
 //!   admission hook (PART-4, DELIV-16), automatic keepalive (DELIV-3), hand-back on close
 //!   (DELIV-1).
+//! - `pull` — one pull request read to its true end, late replicated deliveries included.
 //! - [`delivery`] — [`Delivery`] and its [`DeliveryHandle`]: ack-sync / nak / term /
 //!   in_progress / retire, each resolving at most once (DELIV-1).
 //! - [`publish`] — [`Publisher`]: `Nats-Msg-Id` + `VF-Env: 4`, REALTIME / BATCH / ABORT rules
@@ -30,6 +31,7 @@ pub mod durables;
 pub mod error;
 mod held;
 pub mod publish;
+mod pull;
 pub mod streams;
 pub mod subscription;
 

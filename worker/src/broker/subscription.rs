@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::{self, AckKind};
-use futures::StreamExt;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -29,6 +28,7 @@ use super::delivery::{
 };
 use super::durables::BoundDurable;
 use super::held::{HeldSet, HoldKey, keepalive_period};
+use super::pull::PullRequest;
 
 /// Local queue depth per subscription (STREAM-15 `prefetch`, §8.4), data and terminators.
 pub const QUEUE_CAPACITY: usize = 4;
@@ -172,6 +172,7 @@ struct LoopContext {
     lane: Arc<Lane>,
     core: Arc<Core>,
     consumer: PullConsumer,
+    context: jetstream::Context,
     period: Duration,
     admission: Option<Admission>,
     arrived: Arc<Notify>,
@@ -259,6 +260,7 @@ impl Inbox {
             lane,
             core: self.core.clone(),
             consumer: spec.durable.consumer().clone(),
+            context: self.broker.jetstream().clone(),
             period: keepalive_period(spec.durable.ack_wait()),
             admission: spec.admission,
             arrived: self.arrived.clone(),
@@ -464,29 +466,6 @@ fn pull_bytes(
     }
 }
 
-/// Opens one pull request for up to `max` messages (and `max_bytes` bytes, where given),
-/// expiring after `expiry`; the stream yields each message as it arrives and ends after
-/// `max`, at the byte limit or at expiry.
-async fn fetch_batch(
-    consumer: &PullConsumer,
-    max: usize,
-    max_bytes: Option<u64>,
-    expiry: Duration,
-) -> Result<async_nats::jetstream::consumer::pull::Batch, String> {
-    let mut request = consumer.batch().max_messages(max).expires(expiry);
-    if let Some(bytes) = max_bytes {
-        request = request.max_bytes(usize::try_from(bytes).unwrap_or(usize::MAX));
-    }
-    request.messages().await.map_err(|e| e.to_string())
-}
-
-/// Whether a pull request's error is the server ending it at its `max_bytes` — the 409
-/// "Message Size Exceeds MaxBytes" status, the normal end of a request that carried a byte
-/// limit and met a message it could not hold — rather than a failure.
-fn ended_at_byte_limit(error: &str) -> bool {
-    error.to_ascii_lowercase().contains("exceeds maxbytes")
-}
-
 /// The pull loop of one subscription.
 async fn pull_loop(mut cx: LoopContext) {
     loop {
@@ -528,14 +507,21 @@ async fn pull_loop(mut cx: LoopContext) {
             cx.floor,
         );
         slots.truncate(max);
-        let mut batch =
-            match fetch_batch(&cx.consumer, max, max_bytes, cx.config.fetch_expiry).await {
-                Ok(batch) => batch,
-                Err(e) => {
-                    fetch_failed(&mut cx, &e).await;
-                    continue;
-                }
-            };
+        let request = PullRequest::open(
+            &cx.consumer,
+            &cx.core.client,
+            &cx.context,
+            max,
+            max_bytes,
+            cx.config.fetch_expiry,
+        );
+        let mut batch = match request.await {
+            Ok(batch) => batch,
+            Err(e) => {
+                fetch_failed(&mut cx, &e).await;
+                continue;
+            }
+        };
         while let Some(next) = batch.next().await {
             match next {
                 Ok(message) => {
@@ -550,10 +536,7 @@ async fn pull_loop(mut cx: LoopContext) {
                     take(&cx, message, slot).await;
                 }
                 Err(e) => {
-                    let error = e.to_string();
-                    if max_bytes.is_none() || !ended_at_byte_limit(&error) {
-                        fetch_failed(&mut cx, &error).await;
-                    }
+                    fetch_failed(&mut cx, &e).await;
                     break;
                 }
             }
@@ -687,15 +670,5 @@ mod tests {
     fn the_floor_holds_the_largest_message_the_broker_accepts() {
         assert_eq!(pull_floor(1 << 20), (1 << 20) + PULL_BYTES_ROOM);
         assert_eq!(pull_floor(usize::MAX), u64::MAX);
-    }
-
-    #[test]
-    fn only_the_byte_limit_status_ends_a_request_quietly() {
-        assert!(ended_at_byte_limit(
-            "error while processing messages from the stream: 409, Some(\"Message Size Exceeds MaxBytes\")"
-        ));
-        assert!(!ended_at_byte_limit(
-            "error while processing messages from the stream: 409, Some(\"Consumer Deleted\")"
-        ));
     }
 }
