@@ -7,9 +7,10 @@
 //! waits for the byte budget, and only then opens one pull request for as many messages as
 //! it holds slots, with a short expiry ([`FETCH_EXPIRY`]) and, under a budget, the bytes the
 //! budget has left ([`pull_bytes`]). Each permit travels with the queued delivery and is
-//! returned when the receiver takes it out, so "room in the queue" is exact. From the moment it is fetched until it is resolved, a delivery sits in the held
-//! set, where the ticker renews its lease every `max(1 s, ack_wait / 3)`: nothing ages past
-//! `ack_wait` while parked or processed, and close knows exactly what to hand back.
+//! returned when the receiver takes it out, so "room in the queue" is exact. From the moment
+//! it is fetched until it is resolved, a delivery sits in the held set, where the ticker
+//! renews its lease every `max(1 s, ack_wait / 3)`: nothing ages past `ack_wait` while
+//! parked or processed, and close knows exactly what to hand back.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
