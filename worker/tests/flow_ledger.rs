@@ -168,7 +168,14 @@ fn eos_7_a_realtime_run_notes_no_received_ids() {
     )
     .replacen("type: batch", "type: realtime", 1);
     let mut h = FlowHarness::new(&flow);
-    h.start();
+    // The stages pull before the producer starts: a REALTIME stream keeps one message (STREAM-2),
+    // so a producer that outran a stage still starting would leave it only the EOS.
+    h.provision();
+    h.spawn("same", 0, &[]);
+    h.spawn("sink", 0, &[]);
+    h.wait_pulling("same", "numbers", Duration::from_secs(30));
+    h.wait_pulling("sink", "same", Duration::from_secs(30));
+    h.spawn("numbers", 0, &[]);
     let exits = h.wait_all(Duration::from_secs(120));
     h.assert_all_ok(&exits);
     assert!(!h.jsonl("out.jsonl").is_empty(), "{}", h.all_logs());
