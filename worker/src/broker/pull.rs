@@ -77,12 +77,12 @@ impl PullRequest {
     /// expiring after `expiry`.
     pub(super) async fn open(
         consumer: &PullConsumer,
-        client: &async_nats::Client,
         context: &jetstream::Context,
         max: usize,
         max_bytes: Option<u64>,
         expiry: Duration,
     ) -> Result<Self, String> {
+        let client = context.client();
         let inbox = client.new_inbox();
         let subscriber = client
             .subscribe(inbox.clone())

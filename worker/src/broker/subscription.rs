@@ -510,7 +510,6 @@ async fn pull_loop(mut cx: LoopContext) {
         slots.truncate(max);
         let request = PullRequest::open(
             &cx.consumer,
-            &cx.core.client,
             &cx.context,
             max,
             max_bytes,

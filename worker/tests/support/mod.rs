@@ -295,12 +295,14 @@ impl FlowHarness {
     /// is bound and pulling, so a producer started next cannot publish past it. (A REALTIME
     /// stream keeps one message: whatever nobody was pulling for is replaced by the next.)
     pub fn wait_pulling(&self, node: &str, parent: &str, timeout: Duration) {
-        let url = self.nats.url();
         let stream = naming::stream_name(&self.flow.flow_id, &self.flow.run_id, parent);
         let durable = naming::durable_name(node, parent);
+        let b = self
+            .runtime
+            .block_on(broker::connect(&self.nats.url()))
+            .unwrap_or_else(|e| panic!("{e}"));
         self.wait_until(&format!("{node} pulling from {parent}"), timeout, || {
             self.runtime.block_on(async {
-                let b = broker::connect(&url).await.map_err(|e| e.to_string())?;
                 let mut consumer: async_nats::jetstream::consumer::PullConsumer = b
                     .jetstream()
                     .get_consumer_from_stream(&durable, &stream)
