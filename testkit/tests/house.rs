@@ -1,7 +1,7 @@
 //! The house rules a newcomer relies on, checked over the whole checkout: module folders read
 //! top-down (no import circle among siblings), comments say why rather than which issue,
-//! production crates depend on no test crate, and the worker reads its environment in one
-//! module only.
+//! production crates depend on no test crate, the worker reads its environment in one
+//! module only, and tests find the checkout where Cargo runs them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -179,6 +179,49 @@ fn only_the_config_module_reads_the_worker_environment() {
     assert!(
         hits.is_empty(),
         "read it through worker/src/config (Environment, WorkerConfig and its sub-configs):\n{}",
+        hits.join("\n")
+    );
+}
+
+/// Test, bench and support code of every crate: where the checkout's files are looked up.
+const TEST_DIRS: [&str; 7] = [
+    "core/tests",
+    "operator/tests",
+    "worker/tests",
+    "worker/benches",
+    "services/tests",
+    "testkit/src",
+    "testkit/tests",
+];
+
+#[test]
+fn tests_find_the_checkout_at_run_time() {
+    let root = root();
+    let mut hits = Vec::new();
+    for dir in TEST_DIRS {
+        let dir = root.join(dir);
+        if !dir.is_dir() {
+            continue;
+        }
+        for file in rust_files(&dir) {
+            let text = std::fs::read_to_string(&file).expect("readable source");
+            for (n, line) in text.lines().enumerate() {
+                // `manifest_dir(env!(…))`, or the same run-time-first lookup written out.
+                if line.contains("env!(\"CARGO_MANIFEST_DIR\")")
+                    && !line.trim_start().starts_with("//")
+                    && !line.contains("manifest_dir(")
+                    && !line.contains("map_or_else(")
+                {
+                    hits.push(format!("{}:{}: {line}", file.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        hits.is_empty(),
+        "a compiled-in path names the clone that built the binary, and the shared target \
+         directory reuses that binary in another clone; use \
+         videoflow_testkit::manifest_dir(env!(\"CARGO_MANIFEST_DIR\")):\n{}",
         hits.join("\n")
     );
 }

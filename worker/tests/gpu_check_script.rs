@@ -19,7 +19,7 @@ const WORKER: &str = env!("CARGO_BIN_EXE_videoflow-worker");
 const NO_NVML: &str = "/nonexistent/videoflow-test/libnvidia-ml.so.1";
 
 fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/gpu-check")
+    videoflow_testkit::manifest_dir(env!("CARGO_MANIFEST_DIR")).join("../scripts/gpu-check")
 }
 
 fn python() -> PathBuf {

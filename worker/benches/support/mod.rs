@@ -148,7 +148,7 @@ pub fn cpu_ticks(pid: u32) -> Option<u64> {
 
 /// The checkout's root (benches run in their crate's directory).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    videoflow_testkit::manifest_dir(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// The reference venv's interpreter: `$VF_REF_PYTHON` (scripts/env.sh sets it), else

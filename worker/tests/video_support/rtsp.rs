@@ -96,7 +96,8 @@ pub struct Server {
 }
 
 fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/video_support/rtsp_server.py")
+    videoflow_testkit::manifest_dir(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/video_support/rtsp_server.py")
 }
 
 impl Server {
