@@ -1129,6 +1129,15 @@ fn with_credit(yaml: &str, m: i64) -> String {
     )
 }
 
+/// `VF_BENCH_CREDIT=m`: the identity hops and the payload sweep with `credit.messages = m` on
+/// the identity and the sink (an A/B of the default against another credit, alternated by
+/// hand).
+fn credit_override() -> Option<i64> {
+    std::env::var("VF_BENCH_CREDIT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+}
+
 /// Credits the sweep compares: STREAM-15's 5 (what a 1.0.4 provisioner makes) and more.
 const CREDITS: [i64; 5] = [5, 16, 64, 128, 256];
 
@@ -1370,11 +1379,7 @@ fn identity(
     } else {
         o.pick(20_000, 3_000)
     };
-    // `VF_BENCH_CREDIT=m`: both hops with `credit.messages = m` on the identity and the sink
-    // (an A/B of the default against another credit, alternated by hand).
-    let credit = std::env::var("VF_BENCH_CREDIT")
-        .ok()
-        .and_then(|v| v.parse().ok());
+    let credit = credit_override();
     let mut runs = Vec::new();
     for rep in 0..o.reps {
         // With the ledger, STORE-4's own rate on this filesystem just before the hop, beside
@@ -2162,7 +2167,7 @@ fn sweep_one(
 ) -> R<Json> {
     let size = w * h * c;
     let count = (budget_bytes / size).clamp(8, 2000);
-    let yaml = flow_yaml(
+    let mut yaml = flow_yaml(
         "batch",
         store,
         &[
@@ -2171,6 +2176,9 @@ fn sweep_one(
             void_node("sink", "same"),
         ],
     );
+    if let Some(m) = credit_override() {
+        yaml = with_credit(&yaml, m);
+    }
     let mut b = Bench::new(rt, redis, &yaml)?;
     // The payload store path: every payload offloaded (threshold 0), whatever its size.
     let extra: &[(&str, &str)] = if store {
