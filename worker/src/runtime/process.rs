@@ -214,17 +214,7 @@ impl Loop<'_> {
         ctx: &mut NodeContext,
         pipe: &mut VecDeque<Submitted>,
     ) -> Result<(), VfError> {
-        let cfg = self.cfg;
-        let input_key = msgid_signed(
-            &cfg.flow_id,
-            &cfg.run_id,
-            &cfg.node_name,
-            &group.trace_id,
-            group.seq,
-            MsgKind::Data,
-        );
-        let (inputs, info) = node_inputs(cfg, std::mem::take(&mut group.inputs));
-        ctx.begin_group(Some(input_key.clone()), info);
+        let (input_key, inputs) = begin_group(self.cfg, &mut group, ctx);
         let settling = Settling {
             trace_id: group.trace_id,
             seq: group.seq,
@@ -342,17 +332,7 @@ impl Loop<'_> {
         ctx: &mut NodeContext,
         last_end: &mut Instant,
     ) -> Result<(), VfError> {
-        let cfg = self.cfg;
-        let input_key = msgid_signed(
-            &cfg.flow_id,
-            &cfg.run_id,
-            &cfg.node_name,
-            &group.trace_id,
-            group.seq,
-            MsgKind::Data,
-        );
-        let (inputs, info) = node_inputs(cfg, std::mem::take(&mut group.inputs));
-        ctx.begin_group(Some(input_key.clone()), info);
+        let (input_key, inputs) = begin_group(self.cfg, &mut group, ctx);
         let outcome = self
             .call(&group, inputs, sink, ctx, &input_key, last_end)
             .await;
@@ -632,6 +612,26 @@ fn blocking<T>(may_block: bool, f: impl FnOnce() -> T) -> T {
 
 /// The node's view of a group: one input per parent (ENV-3) and the context's `input_info`.
 /// Takes the group's inputs: each payload and its metadata move to the node, uncopied.
+/// Starts `group` on the node's context: its input key (the content-derived id its output and
+/// an idempotent sink's marker go under, MSGID-1, IDEM-1) and the node's inputs.
+fn begin_group(
+    cfg: &WorkerConfig,
+    group: &mut ReadyGroup<Held, Member>,
+    ctx: &mut NodeContext,
+) -> (String, Vec<Input>) {
+    let input_key = msgid_signed(
+        &cfg.flow_id,
+        &cfg.run_id,
+        &cfg.node_name,
+        &group.trace_id,
+        group.seq,
+        MsgKind::Data,
+    );
+    let (inputs, info) = node_inputs(cfg, std::mem::take(&mut group.inputs));
+    ctx.begin_group(Some(input_key.clone()), info);
+    (input_key, inputs)
+}
+
 fn node_inputs(
     cfg: &WorkerConfig,
     inputs: Vec<GroupInput<Member>>,
