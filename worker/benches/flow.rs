@@ -29,7 +29,7 @@ use videoflow_testkit::{NatsServer, RedisServer};
 use videoflow_worker::broker;
 use videoflow_worker::provision::{node_vars, provision};
 
-use support::{R, clk_tck, cpu_ticks, loadavg, reference_python, repo_root, status_kib};
+use support::{R, clk_tck, cpu_ticks, loadavg, status_kib, worker_command};
 
 /// Command-line options.
 #[derive(Debug, Clone)]
@@ -238,41 +238,14 @@ impl Bench {
             let log = File::create(self.dir.join(format!("{node}.{replica}.log")))
                 .map_err(|e| e.to_string())?;
             let err = log.try_clone().map_err(|e| e.to_string())?;
-            let mut vars = vars;
-            let mut cmd = if reference {
-                if let Some(class) = vars.get("VF_NODE_CLASS")
-                    && class.starts_with("videoflow.rs.")
-                {
-                    let short = class.rsplit('.').next().unwrap_or(class).to_owned();
-                    vars.insert("VF_NODE_CLASS".into(), format!("interop_nodes.{short}"));
-                }
-                let mut cmd = Command::new(reference_python()?);
-                cmd.args(["-m", "videoflow.worker"])
-                    .env_clear()
-                    .env("PYTHONPATH", repo_root().join("tests/conformance"))
-                    .env("PYTHONUNBUFFERED", "1");
-                cmd
+            let side = if reference {
+                support::Side::Reference
             } else {
-                // `VF_BENCH_WORKER_BIN` runs another build of the worker (e.g. another profile).
-                let bin = std::env::var("VF_BENCH_WORKER_BIN")
-                    .unwrap_or_else(|_| env!("CARGO_BIN_EXE_videoflow-worker").to_owned());
-                let mut cmd = Command::new(bin);
-                cmd.env_clear();
-                cmd
+                support::Side::Ours
             };
-            cmd.envs(vars)
-                .env(
-                    "VF_TERMINATION_LOG",
-                    self.dir.join(format!("{node}.{replica}.termination")),
-                )
-                .env("NO_COLOR", "1")
-                .env("VF_LOG", "info")
-                // An exec component's program (python3 with the SDK) is found on PATH.
-                .env("PATH", std::env::var("PATH").unwrap_or_default())
-                .envs(extra.iter().copied())
-                .stdin(Stdio::null())
-                .stdout(Stdio::from(log))
-                .stderr(Stdio::from(err));
+            let termination = self.dir.join(format!("{node}.{replica}.termination"));
+            let mut cmd = worker_command(side, vars, &termination, extra)?;
+            cmd.stdout(Stdio::from(log)).stderr(Stdio::from(err));
             let child = cmd.spawn().map_err(|e| format!("spawn worker: {e}"))?;
             self.procs.push(Proc {
                 node: node.to_owned(),

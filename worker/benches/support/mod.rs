@@ -5,6 +5,7 @@
 
 #![allow(dead_code)] // each bench target uses its own part
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -181,6 +182,51 @@ pub enum Side {
     Reference,
 }
 
+/// The command that runs one node replica on `side`: `vars` as `node_vars` renders them, its
+/// termination message written to `termination`, then `extra` variables; no stdin. On the
+/// reference's side the test nodes run as their Python twins from `tests/conformance`, as
+/// `worker/tests/interop_flows.rs` runs them.
+pub fn worker_command(
+    side: Side,
+    mut vars: BTreeMap<String, String>,
+    termination: &Path,
+    extra: &[(&str, &str)],
+) -> R<Command> {
+    let mut cmd = match side {
+        Side::Reference => {
+            if let Some(class) = vars.get("VF_NODE_CLASS")
+                && class.starts_with("videoflow.rs.")
+            {
+                let short = class.rsplit('.').next().unwrap_or(class).to_owned();
+                vars.insert("VF_NODE_CLASS".into(), format!("interop_nodes.{short}"));
+            }
+            let mut cmd = Command::new(reference_python()?);
+            cmd.args(["-m", "videoflow.worker"])
+                .env_clear()
+                .env("PYTHONPATH", repo_root().join("tests/conformance"))
+                .env("PYTHONUNBUFFERED", "1");
+            cmd
+        }
+        Side::Ours => {
+            // `VF_BENCH_WORKER_BIN` runs another build of the worker (e.g. another profile).
+            let bin = std::env::var("VF_BENCH_WORKER_BIN")
+                .unwrap_or_else(|_| env!("CARGO_BIN_EXE_videoflow-worker").to_owned());
+            let mut cmd = Command::new(bin);
+            cmd.env_clear();
+            cmd
+        }
+    };
+    cmd.envs(vars)
+        .env("VF_TERMINATION_LOG", termination)
+        .env("NO_COLOR", "1")
+        .env("VF_LOG", "info")
+        // An exec component's program (python3 with the SDK) is found on PATH.
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(extra.iter().copied())
+        .stdin(Stdio::null());
+    Ok(cmd)
+}
+
 /// One worker process and what was sampled of it.
 pub struct Proc {
     pub node: String,
@@ -233,45 +279,17 @@ impl FlowRun {
     /// Starts `node` (replica 0) on `side` with `extra` variables; its log goes to
     /// `<dir>/<node>.log`.
     pub fn spawn(&mut self, node: &str, side: Side, extra: &[(&str, &str)]) -> R<()> {
-        let mut vars = node_vars(&self.doc, &self.flow, node, 0, &self.nats_url)
+        let vars = node_vars(&self.doc, &self.flow, node, 0, &self.nats_url)
             .map_err(|e| e.render().to_string())?;
+        let mut cmd = worker_command(
+            side,
+            vars,
+            &self.dir.join(format!("{node}.termination")),
+            extra,
+        )?;
         let log = File::create(self.dir.join(format!("{node}.log"))).map_err(|e| e.to_string())?;
         let err = log.try_clone().map_err(|e| e.to_string())?;
-        let mut cmd = match side {
-            Side::Reference => {
-                if let Some(class) = vars.get("VF_NODE_CLASS")
-                    && class.starts_with("videoflow.rs.")
-                {
-                    let short = class.rsplit('.').next().unwrap_or(class).to_owned();
-                    vars.insert("VF_NODE_CLASS".into(), format!("interop_nodes.{short}"));
-                }
-                let mut cmd = Command::new(reference_python()?);
-                cmd.args(["-m", "videoflow.worker"])
-                    .env_clear()
-                    .env("PYTHONPATH", repo_root().join("tests/conformance"))
-                    .env("PYTHONUNBUFFERED", "1");
-                cmd
-            }
-            Side::Ours => {
-                let bin = std::env::var("VF_BENCH_WORKER_BIN")
-                    .unwrap_or_else(|_| env!("CARGO_BIN_EXE_videoflow-worker").to_owned());
-                let mut cmd = Command::new(bin);
-                cmd.env_clear();
-                cmd
-            }
-        };
-        cmd.envs(vars)
-            .env(
-                "VF_TERMINATION_LOG",
-                self.dir.join(format!("{node}.termination")),
-            )
-            .env("NO_COLOR", "1")
-            .env("VF_LOG", "info")
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .envs(extra.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(err));
+        cmd.stdout(Stdio::from(log)).stderr(Stdio::from(err));
         let child = cmd.spawn().map_err(|e| format!("spawn worker: {e}"))?;
         self.procs.push(Proc {
             node: node.to_owned(),
