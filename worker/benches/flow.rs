@@ -688,7 +688,7 @@ async fn ceiling_once(nats: &NatsServer, tck: f64, n: usize) -> R<Json> {
         .map_err(|e| e.to_string())?;
     let broker_before = cpu_ticks(nats.pid());
     let msgs_before = broker_msgs(nats);
-    let ideal_hop = pipelined_hop(&js, &c, "ceil.out", n).await?;
+    let ideal_hop = pipelined_hop(&js, &c, "ceil.out", n, HopAck::Unconfirmed).await?;
     // The broker's CPU per message of this hop: what a worker's hop costs the broker beyond
     // it (acks confirmed, two headers, pull requests) shows against this.
     let ideal_broker_us = broker_cpu_us(nats, broker_before, tck, n as u64);
@@ -769,9 +769,11 @@ async fn ceiling_once(nats: &NatsServer, tck: f64, n: usize) -> R<Json> {
         t.await.map_err(|e| e.to_string())??;
     }
     let credit_hop = n as f64 / t.elapsed().as_secs_f64();
-    let protocol = ideal_hop_on_protocol_streams(nats, &js, tck).await?;
+    let protocol = ideal_hop_on_protocol_streams(nats, &js, tck, HopAck::Unconfirmed).await?;
+    let confirmed = ideal_hop_on_protocol_streams(nats, &js, tck, HopAck::Confirmed).await?;
     Ok(json!({
         "ideal_hop_protocol_streams": protocol,
+        "ideal_hop_protocol_streams_confirmed_acks": confirmed,
         "publish_msgs_s": publish,
         "fetch_ack_msgs_s": fetch_ack,
         "ideal_hop_msgs_s": ideal_hop,
@@ -791,18 +793,31 @@ async fn fetch_batch(c: &consumer::Consumer<consumer::pull::Config>) -> R<consum
         .map_err(|e| e.to_string())
 }
 
+/// How the ideal hop acks an input once its output's pub-ack is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HopAck {
+    /// A plain ack, never confirmed: the ideal hop.
+    Unconfirmed,
+    /// An ack that waits for the server's confirmation (DELIV-1's ack-sync), each on a task
+    /// of its own so the confirmations overlap as a worker's do.
+    Confirmed,
+}
+
 /// The ideal hop's loop: fetch batches of [`CEILING_BATCH`] from `c`, publish each to
-/// `subject` with a message id at once, and ack an input after its output's pub-ack, with
-/// [`CEILING_WINDOW`] publications in flight. Returns messages a second.
+/// `subject` with a message id at once, and ack an input after its output's pub-ack (`ack`),
+/// with [`CEILING_WINDOW`] publications in flight. Returns messages a second.
 async fn pipelined_hop(
     js: &jetstream::Context,
     c: &consumer::Consumer<consumer::pull::Config>,
     subject: &str,
     n: usize,
+    ack: HopAck,
 ) -> R<f64> {
     let t = Instant::now();
     let mut got = 0;
-    let mut inflight = std::collections::VecDeque::new();
+    // Unconfirmed: pub-ack then ack, taken back in order; confirmed: a task for both.
+    let mut plain = std::collections::VecDeque::new();
+    let mut tasks = std::collections::VecDeque::new();
     while got < n {
         let mut batch = fetch_batch(c).await?;
         while let Some(m) = batch.next().await {
@@ -813,19 +828,37 @@ async fn pipelined_hop(
                 .publish_with_headers(subject.to_owned(), h, m.payload.clone())
                 .await
                 .map_err(|e| e.to_string())?;
-            inflight.push_back((f, m));
             got += 1;
-            if inflight.len() >= CEILING_WINDOW
-                && let Some((f, m)) = inflight.pop_front()
-            {
-                f.await.map_err(|e| e.to_string())?;
-                m.ack().await.map_err(|e| e.to_string())?;
+            match ack {
+                HopAck::Unconfirmed => {
+                    plain.push_back((f, m));
+                    if plain.len() >= CEILING_WINDOW
+                        && let Some((f, m)) = plain.pop_front()
+                    {
+                        f.await.map_err(|e| e.to_string())?;
+                        m.ack().await.map_err(|e| e.to_string())?;
+                    }
+                }
+                HopAck::Confirmed => {
+                    tasks.push_back(tokio::spawn(async move {
+                        f.await.map_err(|e| e.to_string())?;
+                        m.double_ack().await.map_err(|e| e.to_string())
+                    }));
+                    if tasks.len() >= CEILING_WINDOW
+                        && let Some(task) = tasks.pop_front()
+                    {
+                        task.await.map_err(|e| e.to_string())??;
+                    }
+                }
             }
         }
     }
-    for (f, m) in inflight.drain(..) {
+    for (f, m) in plain.drain(..) {
         f.await.map_err(|e| e.to_string())?;
         m.ack().await.map_err(|e| e.to_string())?;
+    }
+    for task in tasks.drain(..) {
+        task.await.map_err(|e| e.to_string())??;
     }
     Ok(n as f64 / t.elapsed().as_secs_f64())
 }
@@ -834,11 +867,14 @@ async fn pipelined_hop(
 /// at most 10 000 messages, discard new): its input prefilled with 9 000 messages, each
 /// deleted by the broker once its ack arrives, and its output kept for a durable nobody reads
 /// yet — what a worker's hop makes the broker do beyond the limits streams above, which keep
-/// every message. A diagnosis beside the ideal hop, not a replacement for it.
+/// every message. A diagnosis beside the ideal hop, not a replacement for it. With
+/// [`HopAck::Confirmed`] each ack also waits for the server's confirmation, as DELIV-1 has a
+/// worker's: the hop the broker allows an implementation that keeps the protocol's guarantees.
 async fn ideal_hop_on_protocol_streams(
     nats: &NatsServer,
     js: &jetstream::Context,
     tck: f64,
+    ack: HopAck,
 ) -> R<Json> {
     const N: usize = 9_000;
     let mk = |name: &str, subject: &str| stream::Config {
@@ -857,12 +893,22 @@ async fn ideal_hop_on_protocol_streams(
         ..Default::default()
     };
     let err = |e: &dyn std::fmt::Display| e.to_string();
+    // Streams of their own for each kind of ack, so neither run finds the other's messages.
+    let (name_in, subject_in, name_out, subject_out) = match ack {
+        HopAck::Unconfirmed => ("PROTO_IN", "proto.in", "PROTO_OUT", "proto.out"),
+        HopAck::Confirmed => (
+            "PROTO_SYNC_IN",
+            "proto.sync.in",
+            "PROTO_SYNC_OUT",
+            "proto.sync.out",
+        ),
+    };
     let s_in = js
-        .get_or_create_stream(mk("PROTO_IN", "proto.in"))
+        .get_or_create_stream(mk(name_in, subject_in))
         .await
         .map_err(|e| err(&e))?;
     let s_out = js
-        .get_or_create_stream(mk("PROTO_OUT", "proto.out"))
+        .get_or_create_stream(mk(name_out, subject_out))
         .await
         .map_err(|e| err(&e))?;
     // The durables first: an interest stream keeps a message only for the consumers it has.
@@ -878,9 +924,9 @@ async fn ideal_hop_on_protocol_streams(
     let mut inflight = std::collections::VecDeque::new();
     for i in 0..N {
         let mut h = async_nats::HeaderMap::new();
-        h.insert("Nats-Msg-Id", format!("proto-in-{i}").as_str());
+        h.insert("Nats-Msg-Id", format!("{subject_in}-{i}").as_str());
         inflight.push_back(
-            js.publish_with_headers("proto.in", h, payload.clone())
+            js.publish_with_headers(subject_in, h, payload.clone())
                 .await
                 .map_err(|e| err(&e))?,
         );
@@ -894,7 +940,7 @@ async fn ideal_hop_on_protocol_streams(
         f.await.map_err(|e| err(&e))?;
     }
     let broker_before = cpu_ticks(nats.pid());
-    let rate = pipelined_hop(js, &c, "proto.out", N).await?;
+    let rate = pipelined_hop(js, &c, subject_out, N, ack).await?;
     Ok(json!({
         "n": N,
         "msgs_s": rate,
@@ -923,6 +969,8 @@ fn ceiling(rt: &tokio::runtime::Runtime, o: &Opts, tck: f64) -> R<Json> {
         "ideal_hop_broker_writes_per_msg": spread(&runs.iter().filter_map(|r| r["ideal_hop_broker_msgs_per_msg"]["writes"].as_f64()).collect::<Vec<_>>()),
         "ideal_hop_protocol_streams_msgs_s": spread(&runs.iter().filter_map(|r| r["ideal_hop_protocol_streams"]["msgs_s"].as_f64()).collect::<Vec<_>>()),
         "ideal_hop_protocol_streams_broker_cpu_us_per_msg": spread(&runs.iter().filter_map(|r| r["ideal_hop_protocol_streams"]["broker_cpu_us_per_msg"].as_f64()).collect::<Vec<_>>()),
+        "ideal_hop_protocol_streams_confirmed_acks_msgs_s": spread(&runs.iter().filter_map(|r| r["ideal_hop_protocol_streams_confirmed_acks"]["msgs_s"].as_f64()).collect::<Vec<_>>()),
+        "ideal_hop_protocol_streams_confirmed_acks_broker_cpu_us_per_msg": spread(&runs.iter().filter_map(|r| r["ideal_hop_protocol_streams_confirmed_acks"]["broker_cpu_us_per_msg"].as_f64()).collect::<Vec<_>>()),
         "credit_hop_msgs_s": spread(&col("credit_hop_msgs_s")),
         "credit_hop_max_ack_pending": 5,
         "serial_hop_msgs_s": spread(&col("serial_hop_msgs_s")),
@@ -1536,8 +1584,13 @@ fn identity_backlog(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f6
         let c = rt.block_on(ceiling_once(&nats, tck, o.pick(20_000, 5_000)))?;
         drop(nats);
         let adjacent = c["ideal_hop_msgs_s"].as_f64().unwrap_or(f64::NAN);
+        // A diagnosis beside the target's ratio: the same raw hop between streams of the
+        // protocol's shape with every ack confirmed (DELIV-1), the most a worker can reach.
+        let guarded = c["ideal_hop_protocol_streams_confirmed_acks"]["msgs_s"]
+            .as_f64()
+            .unwrap_or(f64::NAN);
         log(format!(
-            "identity backlog rep {rep}: adjacent ideal hop {adjacent:.0} msg/s"
+            "identity backlog rep {rep}: adjacent ideal hop {adjacent:.0} msg/s, with confirmed acks on the protocol's streams {guarded:.0} msg/s"
         ));
         ideal.push(adjacent);
         for (i, credit) in credits.iter().enumerate() {
@@ -1546,6 +1599,8 @@ fn identity_backlog(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f6
                 let ours = m["identity_msgs_s"].as_f64().unwrap_or(f64::NAN);
                 m.insert("adjacent_ideal_hop_msgs_s".into(), json!(adjacent));
                 m.insert("over_adjacent_ideal".into(), json!(ours / adjacent));
+                m.insert("adjacent_confirmed_hop_msgs_s".into(), json!(guarded));
+                m.insert("over_adjacent_confirmed".into(), json!(ours / guarded));
             }
             log(format!(
                 "identity backlog credit {} rep {rep}: {:.0} msg/s ({:.1} % of the ideal hop), cpu µs/msg {:.1}, broker {:.1}, ok {}",
@@ -1572,6 +1627,7 @@ fn identity_backlog(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f6
                 "cpu_ms_per_1000_broker": spread(&col("cpu_ms_per_1000_broker")),
                 "broker_writes_per_msg": spread(&rs.iter().filter_map(|r| r["broker_msgs_per_msg"]["writes"].as_f64()).collect::<Vec<_>>()),
                 "over_adjacent_ideal": spread(&col("over_adjacent_ideal")),
+                "over_adjacent_confirmed": spread(&col("over_adjacent_confirmed")),
                 "runs": rs,
             })
         })
