@@ -1586,11 +1586,11 @@ fn identity_backlog(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f6
         let adjacent = c["ideal_hop_msgs_s"].as_f64().unwrap_or(f64::NAN);
         // A diagnosis beside the target's ratio: the same raw hop between streams of the
         // protocol's shape with every ack confirmed (DELIV-1), the most a worker can reach.
-        let guarded = c["ideal_hop_protocol_streams_confirmed_acks"]["msgs_s"]
+        let confirmed_hop = c["ideal_hop_protocol_streams_confirmed_acks"]["msgs_s"]
             .as_f64()
             .unwrap_or(f64::NAN);
         log(format!(
-            "identity backlog rep {rep}: adjacent ideal hop {adjacent:.0} msg/s, with confirmed acks on the protocol's streams {guarded:.0} msg/s"
+            "identity backlog rep {rep}: adjacent ideal hop {adjacent:.0} msg/s, with confirmed acks on the protocol's streams {confirmed_hop:.0} msg/s"
         ));
         ideal.push(adjacent);
         for (i, credit) in credits.iter().enumerate() {
@@ -1599,8 +1599,11 @@ fn identity_backlog(rt: &tokio::runtime::Runtime, redis: &str, o: &Opts, tck: f6
                 let ours = m["identity_msgs_s"].as_f64().unwrap_or(f64::NAN);
                 m.insert("adjacent_ideal_hop_msgs_s".into(), json!(adjacent));
                 m.insert("over_adjacent_ideal".into(), json!(ours / adjacent));
-                m.insert("adjacent_confirmed_hop_msgs_s".into(), json!(guarded));
-                m.insert("over_adjacent_confirmed".into(), json!(ours / guarded));
+                m.insert("adjacent_confirmed_hop_msgs_s".into(), json!(confirmed_hop));
+                m.insert(
+                    "over_adjacent_confirmed".into(),
+                    json!(ours / confirmed_hop),
+                );
             }
             log(format!(
                 "identity backlog credit {} rep {rep}: {:.0} msg/s ({:.1} % of the ideal hop), cpu µs/msg {:.1}, broker {:.1}, ok {}",
